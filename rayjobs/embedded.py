@@ -1,0 +1,152 @@
+"""The embedded default cluster: a local Ray head on 127.0.0.1, started on first use.
+
+With no address configured, rayjobs starts (or reuses) this head and says so on stderr. It binds
+only to 127.0.0.1: ``--node-ip-address=127.0.0.1`` plus ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``
+(without it Ray 2.60 switches to the machine's interface address). Its state lives under
+``$RAYJOBS_HOME/local``; it is stopped by PID with ``rayjobs local-stop``, never ``ray stop``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any, Optional
+
+from rayjobs import settings
+from rayjobs.errors import ClusterUnreachable
+
+#: Head settings the queue and stop rely on (also set by the SkyPilot bootstrap).
+HEAD_ENV = {
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    # Queued jobs wait inside their own driver, but keep Ray from failing a PENDING job early.
+    "RAY_JOB_START_TIMEOUT_SECONDS": str(7 * 24 * 3600),
+    # Ray kills a stopped job's driver 3 s after SIGTERM: too short for an RL checkpoint.
+    "RAY_JOB_STOP_WAIT_TIME_S": "60",
+    # Reap processes that escaped the driver's process tree (vLLM engines, setsid'd helpers).
+    "RAY_kill_child_processes_on_worker_exit_with_raylet_subreaper": "true",
+    "RAY_USAGE_STATS_ENABLED": "0",
+}
+
+
+def state_dir() -> Path:
+    return settings.home() / "local"
+
+
+def record_file() -> Path:
+    return state_dir() / "head.json"
+
+
+def _alive(url: str, timeout: float = 1.0) -> bool:
+    try:
+        with urllib.request.urlopen(url + "/api/version", timeout=timeout) as r:
+            return r.status == 200
+    except Exception:
+        return False
+
+
+def _free_port(preferred: int) -> int:
+    for port in (preferred, 0):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return s.getsockname()[1]
+            except OSError:
+                continue
+    raise ClusterUnreachable("no free local port for the embedded Ray head")
+
+
+def running() -> Optional[dict[str, Any]]:
+    """The live embedded head's record, or None."""
+    try:
+        rec = json.loads(record_file().read_text())
+    except (OSError, ValueError):
+        return None
+    return rec if _alive(rec["dashboard"]) else None
+
+
+def ensure(num_gpus: Optional[int] = None, quiet: bool = False) -> str:
+    """Dashboard URL of the embedded head, starting it if needed (bounded wait, ~10-30 s)."""
+    rec = running()
+    if rec:
+        if not quiet:
+            print(f"rayjobs: using the embedded local Ray cluster at {rec['dashboard']}", file=sys.stderr)
+        return rec["dashboard"]
+    return start(num_gpus=num_gpus, quiet=quiet)["dashboard"]
+
+
+def start(num_gpus: Optional[int] = None, quiet: bool = False, timeout: float = 120.0) -> dict[str, Any]:
+    """Start a head bound to 127.0.0.1 and record it (ports, temp dir, PIDs)."""
+    d = state_dir()
+    d.mkdir(parents=True, exist_ok=True)
+    temp = d / "ray"
+    gcs = _free_port(6379)
+    dash = _free_port(8265)
+    env = dict(os.environ, **HEAD_ENV)
+    # Entrypoints run with the PATH of `ray start`: make this interpreter's python3 the first one.
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    env.pop("RAY_ADDRESS", None)
+    ray_bin = shutil.which("ray", path=env["PATH"]) or "ray"
+    cmd = [
+        ray_bin, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={gcs}",
+        "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}", f"--temp-dir={temp}",
+        "--disable-usage-stats", "--include-dashboard=true",
+    ]
+    if num_gpus is not None:
+        cmd.append(f"--num-gpus={num_gpus}")
+    if not quiet:
+        print(f"rayjobs: no cluster configured; starting the embedded local Ray cluster (127.0.0.1:{dash}) ...", file=sys.stderr)
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    if out.returncode != 0:
+        raise ClusterUnreachable(f"could not start the embedded Ray head: {out.stderr.strip().splitlines()[-1:] }")
+    url = f"http://127.0.0.1:{dash}"
+    deadline = time.monotonic() + timeout
+    while not _alive(url) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if not _alive(url):
+        raise ClusterUnreachable(f"the embedded Ray head started but its dashboard at {url} did not answer within {timeout:.0f} s")
+    rec = {"dashboard": url, "gcs": f"127.0.0.1:{gcs}", "temp_dir": str(temp), "pids": _session_pids(temp)}
+    record_file().write_text(json.dumps(rec, indent=2))
+    return rec
+
+
+def _session_pids(temp: Path) -> list[int]:
+    """PIDs of the head's processes (those whose command line names its temp dir or GCS port)."""
+    pids = []
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            cmdline = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if str(temp) in cmdline:
+            pids.append(int(p.name))
+    return sorted(pids)
+
+
+def stop(timeout: float = 20.0) -> bool:
+    """Stop the embedded head by PID (never `ray stop`, which would also stop other Rays)."""
+    try:
+        rec = json.loads(record_file().read_text())
+    except (OSError, ValueError):
+        return False
+    pids = set(rec.get("pids", [])) | set(_session_pids(Path(rec["temp_dir"])))
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + timeout / 2
+        while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in pids):
+            time.sleep(0.1)
+    record_file().unlink(missing_ok=True)
+    return True

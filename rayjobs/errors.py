@@ -1,0 +1,79 @@
+"""Errors with one-line, actionable messages.
+
+Every error a user can cause is a :class:`RayjobsError`: the CLI prints ``error: <message>`` on
+stderr and exits with :attr:`RayjobsError.exit_code` (2 for bad input, as the contract says).
+Tracebacks are shown only with ``RAYJOBS_DEBUG=1``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import sys
+from typing import Callable, Iterable, NoReturn, TypeVar
+
+T = TypeVar("T")
+
+
+class RayjobsError(Exception):
+    """Base class: a one-line message saying what was wrong and what to do next."""
+
+    exit_code = 2
+
+
+class ConfigError(RayjobsError):
+    """The composed configuration is invalid (unknown experiment, key, wrong type...)."""
+
+
+class ClusterUnreachable(RayjobsError):
+    """No Ray dashboard answered at the configured address."""
+
+
+class JobNotFound(RayjobsError):
+    """No job (or no unique job) matches the given id or prefix."""
+
+
+class SubmitError(RayjobsError):
+    """The cluster refused the submission."""
+
+
+def closest(word: str, candidates: Iterable[str], n: int = 3) -> list[str]:
+    """The ``n`` candidates closest to ``word`` (difflib ratio), best first."""
+    cands = sorted(set(candidates))
+    best = difflib.get_close_matches(word, cands, n=n, cutoff=0.5)
+    if not best:
+        # Fall back to substring matches: "grpo" -> "grpo_7b".
+        best = [c for c in cands if word and (word in c or c in word)][:n]
+    return best
+
+
+def did_you_mean(word: str, candidates: Iterable[str], n: int = 3) -> str:
+    """``" (did you mean: a, b?)"`` or an empty string."""
+    best = closest(word, candidates, n)
+    return f" (did you mean: {', '.join(best)}?)" if best else ""
+
+
+def debug() -> bool:
+    """True when ``RAYJOBS_DEBUG=1``: show tracebacks instead of one-line errors."""
+    return os.environ.get("RAYJOBS_DEBUG", "") not in ("", "0", "false")
+
+
+def run_cli(fn: Callable[[], T]) -> T:
+    """Run ``fn``; turn a :class:`RayjobsError` into ``error: ...`` on stderr + its exit code."""
+    try:
+        return fn()
+    except RayjobsError as e:
+        if debug():
+            raise
+        fail(str(e), e.exit_code)
+    except KeyboardInterrupt:
+        if debug():
+            raise
+        fail("interrupted", 130)
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    """Print a one-line error and exit."""
+    first = " ".join(str(message).split())  # one line, whatever the cause contained
+    print(f"error: {first}", file=sys.stderr)
+    sys.exit(code)

@@ -1,0 +1,97 @@
+"""The wrapper every rayjobs job runs under, on the cluster: ``python3 -m rayjobs.runner -- CMD``.
+
+It reads the job's metadata (Ray hands it to the driver in ``RAY_JOB_CONFIG_JSON_ENV_VAR``) and
+gives each attempt what it must get right:
+
+* a per-attempt metrics file: verl's ``file`` logger truncates ``$VERL_FILE_LOGGER_PATH`` on
+  every start, so attempt N writes ``<run_dir>/metrics.<N>.jsonl`` (N counts earlier attempts of
+  the same run, including earlier submissions that resumed it);
+* ``rayjobs.max_retries``: a failed attempt is re-run, resuming from the same absolute
+  checkpoint dir (verl's ``trainer.resume_mode=auto``);
+* signals: SIGTERM/SIGINT from ``ray job stop`` are passed to the trainer, which gets the
+  head's stop grace period to save.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+
+def job_metadata() -> dict[str, Any]:
+    """This job's metadata as submitted (empty outside a Ray job)."""
+    raw = os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR", "{}")
+    try:
+        return dict(json.loads(raw).get("metadata") or {})
+    except ValueError:
+        return {}
+
+
+def next_attempt(run_dir: Path) -> int:
+    """1 + the number of attempts this run already had (their metrics files)."""
+    return 1 + len(list(run_dir.glob("metrics.*.jsonl")))
+
+
+def log(msg: str) -> None:
+    print(f"[rayjobs] {msg}", flush=True)
+
+
+def run_attempt(cmd: list[str], env: dict[str, str]) -> int:
+    """Run one attempt and return its exit code.
+
+    The trainer stays in this process group, so Ray's stop (SIGTERM to the group, SIGKILL after
+    the grace period) reaches it even if this wrapper dies first; a signal sent to the wrapper
+    alone is forwarded.
+    """
+    proc = subprocess.Popen(cmd, env=env)
+
+    def forward(signum: int, _frame: Any) -> None:
+        try:
+            proc.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+    old = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        return proc.wait()
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    if not argv:
+        print("usage: python3 -m rayjobs.runner -- COMMAND [ARGS...]", file=sys.stderr)
+        return 2
+    meta = job_metadata()
+    retries = int(meta.get("max_retries", "0") or 0)
+    run_dir = Path(meta["run_dir"]) if meta.get("run_dir") else None
+    code = 1
+    for i in range(retries + 1):
+        env = dict(os.environ)
+        if run_dir is not None:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            attempt = next_attempt(run_dir)
+            env["VERL_FILE_LOGGER_PATH"] = str(run_dir / f"metrics.{attempt}.jsonl")
+            env["RAYJOBS_ATTEMPT"] = str(attempt)
+            log(f"attempt {attempt} of run {meta.get('run', '?')} (metrics: {env['VERL_FILE_LOGGER_PATH']})")
+        started = time.monotonic()
+        code = run_attempt(argv, env)
+        log(f"attempt finished with exit code {code} after {time.monotonic() - started:.1f} s")
+        if code == 0 or code < 0 or i == retries:
+            break  # success, killed by a signal (stop), or out of retries
+        log(f"retrying ({i + 1}/{retries}); verl resumes from the checkpoint dir (resume_mode=auto)")
+    return 0 if code == 0 else (code if code > 0 else 128 - code)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""Where rayjobs keeps its state and which cluster it talks to.
+
+Address precedence (design §3): ``--address``/``rayjobs.address`` > ``RAY_API_SERVER_ADDRESS`` >
+``RAY_ADDRESS`` > the cluster remembered by ``rayjobs up``/``rayjobs connect`` > the embedded
+local head (started on first use).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from rayjobs.errors import ConfigError
+
+#: Environment variable that relocates all local state (ledger, embedded head, remembered cluster).
+HOME_ENV = "RAYJOBS_HOME"
+#: Environment variable with the storage root the cluster's jobs write to (checkpoints, metrics).
+STORAGE_ENV = "RAYJOBS_STORAGE"
+
+
+def home() -> Path:
+    """The local state directory (``$RAYJOBS_HOME`` or ``~/.rayjobs``)."""
+    return Path(os.environ.get(HOME_ENV) or Path.home() / ".rayjobs").expanduser()
+
+
+def cluster_file() -> Path:
+    """The remembered cluster, written by ``rayjobs up``/``rayjobs connect``."""
+    return home() / "cluster.json"
+
+
+def remembered_cluster() -> dict[str, Any]:
+    """The remembered cluster record, or ``{}``.
+
+    Keys used here: ``name``, ``address`` (dashboard URL through the tunnel), ``storage`` (the
+    cluster's shared root), ``token_path``, ``nodes``, ``gpus_per_node``.
+    """
+    try:
+        return json.loads(cluster_file().read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+@dataclass(frozen=True)
+class Target:
+    """Which cluster to talk to and how."""
+
+    address: Optional[str]  #: dashboard URL, or None for the embedded local head
+    source: str  #: where the address came from (for messages)
+    token: Optional[str] = None  #: Ray auth token (sent as a bearer header), never logged
+
+    @property
+    def embedded(self) -> bool:
+        return self.address is None
+
+
+def _read_token(path: Optional[str]) -> Optional[str]:
+    if not path:
+        return None
+    try:
+        return Path(path).expanduser().read_text().strip() or None
+    except OSError:
+        return None
+
+
+def resolve_target(explicit: Optional[str] = None) -> Target:
+    """Resolve the cluster address by the precedence above (no network I/O)."""
+    token = os.environ.get("RAY_AUTH_TOKEN") or _read_token(os.environ.get("RAY_AUTH_TOKEN_PATH"))
+    if explicit:
+        return Target(normalize_address(explicit), "--address", token)
+    for var in ("RAY_API_SERVER_ADDRESS", "RAY_ADDRESS"):
+        if os.environ.get(var):
+            return Target(normalize_address(os.environ[var]), var, token)
+    rec = remembered_cluster()
+    if rec.get("address"):
+        token = token or _read_token(rec.get("token_path"))
+        return Target(normalize_address(rec["address"]), f"cluster {rec.get('name', '?')}", token)
+    return Target(None, "embedded", None)
+
+
+def normalize_address(address: str) -> str:
+    """``127.0.0.1:8265`` -> ``http://127.0.0.1:8265`` (the Jobs API is HTTP)."""
+    address = address.strip().rstrip("/")
+    if "://" not in address:
+        address = "http://" + address
+    return address
+
+
+def storage_root(configured: Optional[str] = None) -> Path:
+    """The absolute storage root for checkpoints, metrics and data on the cluster.
+
+    ``rayjobs.storage`` > ``$RAYJOBS_STORAGE`` > the remembered cluster's shared root > the
+    embedded default ``$RAYJOBS_HOME/storage``. A relative path is an error: verl would resolve
+    it against the job's temporary working dir (design §5).
+    """
+    value = configured or os.environ.get(STORAGE_ENV) or remembered_cluster().get("storage")
+    if not value:
+        return home() / "storage"
+    path = Path(str(value)).expanduser()
+    if not path.is_absolute():
+        raise ConfigError(
+            f"rayjobs.storage={value!r} is a relative path; it must be absolute "
+            f"(e.g. rayjobs.storage=/mnt/shared/rayjobs), because jobs run in a temporary dir"
+        )
+    return path
