@@ -122,6 +122,14 @@ def make_hydra() -> Any:
     from hydra.core.global_hydra import GlobalHydra
 
     register_resolvers()
+    # Hydra finds plugins by walking the hydra_plugins namespace, which an editable install does
+    # not extend: add the source tree's copy of the rayjobs launcher/sweeper to it.
+    import hydra_plugins
+
+    src = str(Path(__file__).resolve().parent.parent / "hydra_plugins")
+    if os.path.isdir(src) and src not in list(hydra_plugins.__path__):
+        hydra_plugins.__path__.append(src)
+
     sp = create_config_search_path(None)
     for d in search_dirs():
         # Hydra requires its structured-config ("schema") source to stay last.
@@ -182,10 +190,11 @@ def override_key(override: str) -> str:
 
 
 @functools.lru_cache(maxsize=64)
-def preset_keys(experiment: str) -> dict[str, Any]:
+def preset_keys(experiment: str, _depth: int = 0) -> dict[str, Any]:
     """The verl keys a preset sets, flattened (``{"data.train_batch_size": 256, ...}``).
 
-    Read from the preset file itself (it is ``# @package _global_``); values stay unresolved so
+    Read from the preset file itself (it is ``# @package _global_``), following its defaults
+    list within ``exp/`` (a preset may extend another); values stay unresolved so
     interpolations such as ``${rayjobs.storage}`` are resolved later against the full config.
     """
     import yaml
@@ -194,8 +203,12 @@ def preset_keys(experiment: str) -> dict[str, Any]:
         path = d / "exp" / f"{experiment}.yaml"
         if path.is_file():
             data = yaml.safe_load(path.read_text()) or {}
-            data.pop("defaults", None)
-            return {k: v for k, v in flatten(data) if not is_own(k)}
+            out: dict[str, Any] = {}
+            for entry in data.pop("defaults", None) or []:
+                if isinstance(entry, str) and entry != "_self_" and _depth < 8:
+                    out.update(preset_keys(entry.split("/")[-1], _depth + 1))
+            out.update({k: v for k, v in flatten(data) if not is_own(k)})
+            return out
     return {}
 
 

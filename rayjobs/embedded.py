@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any, Optional
@@ -45,9 +47,12 @@ def record_file() -> Path:
 
 
 def _alive(url: str, timeout: float = 1.0) -> bool:
+    """True if a dashboard answers at ``url`` (a 401 from token auth still means alive)."""
     try:
         with urllib.request.urlopen(url + "/api/version", timeout=timeout) as r:
             return r.status == 200
+    except urllib.error.HTTPError as e:
+        return e.code in (401, 403)
     except Exception:
         return False
 
@@ -72,14 +77,28 @@ def running() -> Optional[dict[str, Any]]:
     return rec if _alive(rec["dashboard"]) else None
 
 
-def ensure(num_gpus: Optional[int] = None, quiet: bool = False) -> str:
-    """Dashboard URL of the embedded head, starting it if needed (bounded wait, ~10-30 s)."""
+def token_file() -> Path:
+    return state_dir() / "auth_token"
+
+
+def target(rec: dict[str, Any]) -> settings.Target:
+    """The client target for a head record (its token is read from the 0600 token file)."""
+    token = None
+    try:
+        token = Path(rec["token_path"]).read_text().strip() if rec.get("token_path") else None
+    except OSError:
+        pass
+    return settings.Target(rec["dashboard"], "embedded", token)
+
+
+def ensure(num_gpus: Optional[int] = None, quiet: bool = False) -> settings.Target:
+    """The embedded head as a client target, starting it if needed (bounded wait)."""
     rec = running()
     if rec:
         if not quiet:
             print(f"rayjobs: using the embedded local Ray cluster at {rec['dashboard']}", file=sys.stderr)
-        return rec["dashboard"]
-    return start(num_gpus=num_gpus, quiet=quiet)["dashboard"]
+        return target(rec)
+    return target(start(num_gpus=num_gpus, quiet=quiet))
 
 
 def start(num_gpus: Optional[int] = None, quiet: bool = False, timeout: float = 120.0) -> dict[str, Any]:
@@ -90,6 +109,15 @@ def start(num_gpus: Optional[int] = None, quiet: bool = False, timeout: float = 
     gcs = _free_port(6379)
     dash = _free_port(8265)
     env = dict(os.environ, **HEAD_ENV)
+    # Token auth even on loopback: the Jobs API runs arbitrary code for whoever reaches it, and
+    # other local users can reach 127.0.0.1. The token file is 0600 and never leaves this machine.
+    tok = token_file()
+    if not tok.exists():
+        fd = os.open(tok, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.write(fd, secrets.token_hex(32).encode())
+        os.close(fd)
+    env.update({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(tok)})
+    env.pop("RAY_AUTH_TOKEN", None)
     # Entrypoints run with the PATH of `ray start`: make this interpreter's python3 the first one.
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     env.pop("RAY_ADDRESS", None)
@@ -112,7 +140,8 @@ def start(num_gpus: Optional[int] = None, quiet: bool = False, timeout: float = 
         time.sleep(0.2)
     if not _alive(url):
         raise ClusterUnreachable(f"the embedded Ray head started but its dashboard at {url} did not answer within {timeout:.0f} s")
-    rec = {"dashboard": url, "gcs": f"127.0.0.1:{gcs}", "temp_dir": str(temp), "pids": _session_pids(temp)}
+    rec = {"dashboard": url, "gcs": f"127.0.0.1:{gcs}", "temp_dir": str(temp), "token_path": str(tok),
+           "pids": _session_pids(temp)}
     record_file().write_text(json.dumps(rec, indent=2))
     return rec
 

@@ -20,7 +20,7 @@ def follow(job_id: str, address: Optional[str] = None, poll_s: float = 0.25, tim
     if target.embedded:
         from rayjobs import embedded
 
-        target = settings.Target(embedded.ensure(quiet=True), "embedded")
+        target = embedded.ensure(quiet=True)
     c = jobs.client(target)
     seen = 0
     deadline = time.monotonic() + timeout_s

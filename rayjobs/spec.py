@@ -75,7 +75,7 @@ class Context:
 
 def slug(text: str, limit: int = 60) -> str:
     """Filesystem/id-safe form: ``algorithm.kl_ctrl.kl_coef=0.01`` -> ``kl_coef=0.01``."""
-    text = re.sub(r"[^A-Za-z0-9_.=+-]+", "_", text).strip("_")
+    text = re.sub(r"[^A-Za-z0-9_.+-]+", "_", text).strip("_")
     return text[:limit]
 
 
@@ -91,12 +91,12 @@ def sweep_id(experiment: str, now: datetime, suffix: str) -> str:
     return f"{slug(experiment, 40)}-{now:%Y%m%d-%H%M%S}-{suffix}"
 
 
-def point_label(overrides: Sequence[str]) -> str:
-    """``["algorithm.kl_ctrl.kl_coef=0.01"]`` -> ``kl_coef=0.01`` (legend and run names)."""
+def point_label(overrides: Sequence[str], sep: str = "=") -> str:
+    """``["algorithm.kl_ctrl.kl_coef=0.01"]`` -> ``kl_coef=0.01`` (legends); ``sep="-"`` for run names."""
     parts = []
     for ov in overrides:
         key, _, value = ov.partition("=")
-        parts.append(f"{override_key(key).rsplit('.', 1)[-1]}={value}")
+        parts.append(f"{override_key(key).rsplit('.', 1)[-1]}{sep}{value}")
     return ",".join(parts)
 
 
@@ -210,7 +210,7 @@ def build_spec(c: Composed, ctx: Context) -> JobSpec:
             raise ConfigError(f"rayjobs.env.{name} is set by verl itself; setting it makes verl's ray.init fail: remove it")
 
     if ctx.sweep is not None:
-        run = f"{ctx.sweep}_{slug(point_label(ctx.sweep_overrides), 80)}" if ctx.sweep_overrides else sid
+        run = f"{ctx.sweep}_{slug(point_label(ctx.sweep_overrides, '-'), 80)}" if ctx.sweep_overrides else sid
     else:
         run = sid
     project = str(OmegaConf.select(cfg, "trainer.project_name", default="rayjobs"))

@@ -110,7 +110,7 @@ def send(prepared: Sequence[Prepared], address: Optional[str] = None) -> list[st
 
     target = settings.resolve_target(address)
     if target.embedded:
-        target = settings.Target(embedded.ensure(), "embedded")
+        target = embedded.ensure()
     client = jobs.client(target)
     runtime_env = jobs.upload_working_dir(client, dict(prepared[0].spec.runtime_env))
 

@@ -20,7 +20,7 @@ def local_start() -> None:
     """Start (or reuse) the embedded head; prints its dashboard URL."""
     from rayjobs import embedded
 
-    click.echo(run_cli(lambda: embedded.ensure()))
+    click.echo(run_cli(lambda: embedded.ensure()).address)
 
 
 @local.command("status")

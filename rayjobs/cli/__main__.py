@@ -1,0 +1,3 @@
+from rayjobs.cli import main
+
+main()

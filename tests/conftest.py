@@ -1,0 +1,111 @@
+"""Test harness: a real Ray head (the embedded default) inside a network namespace of our own.
+
+* The pytest process enters a fresh network namespace (only ``lo``) before any test runs.
+* ``RAYJOBS_HOME`` and ``HOME`` point into a short temp dir, so the ledger, the embedded head's
+  state and Ray's ``~/.ray`` never touch the developer's own (and a stray ``~/.ray/auth_token``
+  cannot switch auth on behind our back).
+* The session head is rayjobs' own embedded head, started by :func:`rayjobs.embedded.start` and
+  stopped by PID; every ``python -m rayjobs.submit`` without an address reuses it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+import netns  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+NS = f"rjt{os.getpid()}"
+_ENTERED = False
+_ROOT = Path(tempfile.mkdtemp(prefix="rjt", dir="/tmp"))  # short: Ray's socket paths are limited
+
+
+def pytest_configure(config: Any) -> None:
+    global _ENTERED
+    os.environ["RAYJOBS_HOME"] = str(_ROOT / "rj")
+    os.environ["HOME"] = str(_ROOT / "home")
+    (_ROOT / "home").mkdir(exist_ok=True)
+    for var in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_MODE", "RAYJOBS_STORAGE"):
+        os.environ.pop(var, None)
+    if netns.can_use():
+        netns.create(NS)
+        netns.enter(NS)
+        _ENTERED = True
+    else:
+        print("\nnote: not root (or no `ip`): tests run on plain loopback, not in a network namespace",
+              file=sys.stderr)
+
+
+def pytest_unconfigure(config: Any) -> None:
+    from rayjobs import embedded
+
+    embedded.stop()
+    if _ENTERED:
+        netns.destroy(NS, exclude={os.getpid()})
+    shutil.rmtree(_ROOT, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- fixtures
+@pytest.fixture(scope="session")
+def cluster() -> Any:
+    """The embedded local head (real Ray, 127.0.0.1, token auth), shared by the session."""
+    from rayjobs import embedded
+
+    return embedded.ensure(quiet=True)
+
+
+@pytest.fixture(scope="session")
+def client(cluster: Any) -> Any:
+    from rayjobs import jobs
+
+    return jobs.client(cluster)
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty project dir with the test workloads, as the current directory."""
+    shutil.copytree(REPO / "tests" / "workloads", tmp_path / "workloads", ignore=shutil.ignore_patterns("conf"))
+    shutil.copytree(REPO / "tests" / "workloads" / "conf", tmp_path / "conf")  # the user's own presets
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def rayjobs_submit(*args: str, cwd: Optional[Path] = None, env: Optional[dict[str, str]] = None,
+                   timeout: float = 180) -> subprocess.CompletedProcess:
+    """Run ``python -m rayjobs.submit ARGS`` as a user would (inside the test namespace)."""
+    return subprocess.run([sys.executable, "-m", "rayjobs.submit", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout, env=dict(os.environ, **(env or {})))
+
+
+def rayjobs_cli(*args: str, cwd: Optional[Path] = None, env: Optional[dict[str, str]] = None,
+                timeout: float = 180) -> subprocess.CompletedProcess:
+    """Run the ``rayjobs`` command."""
+    return subprocess.run([sys.executable, "-m", "rayjobs.cli", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout, env=dict(os.environ, **(env or {})))
+
+
+def wait_terminal(client: Any, job_id: str, timeout: float = 120) -> str:
+    """Poll a job's status until terminal (bounded)."""
+    deadline = time.monotonic() + timeout
+    status = "?"
+    while time.monotonic() < deadline:
+        status = str(client.get_job_status(job_id))
+        if status in ("SUCCEEDED", "FAILED", "STOPPED"):
+            return status
+        time.sleep(0.3)
+    raise AssertionError(f"{job_id} still {status} after {timeout} s")
+
+
+def job_list(client: Any) -> list[str]:
+    return [j.submission_id for j in client.list_jobs()]

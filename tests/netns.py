@@ -1,0 +1,60 @@
+"""Network namespaces for tests: every Ray node of the suite runs inside one we create.
+
+The whole pytest process enters a fresh namespace with only ``lo`` up (``setns``), so the Ray
+heads it starts and every client (in-process or subprocess) use 127.0.0.1 only and nothing can
+reach the machine's real interfaces. Without root (or without ``ip``) the suite runs on plain
+loopback and says so. Multi-node tests build their own namespaces on top (see ``tests/nodes.py``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import signal
+import subprocess
+import time
+from typing import Optional
+
+CLONE_NEWNET = 0x40000000
+
+
+def can_use() -> bool:
+    return os.geteuid() == 0 and shutil.which("ip") is not None
+
+
+def create(name: str, lo_only: bool = True) -> None:
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    subprocess.run(["ip", "-n", name, "link", "set", "lo", "up"], check=True)
+
+
+def enter(name: str) -> None:
+    """Move this process (and every child it starts later) into namespace ``name``."""
+    fd = os.open(f"/var/run/netns/{name}", os.O_RDONLY)
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.setns(fd, CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), "setns failed")
+    finally:
+        os.close(fd)
+
+
+def pids(name: str) -> list[int]:
+    out = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True)
+    return [int(p) for p in out.stdout.split() if p.strip().isdigit()]
+
+
+def destroy(name: str, exclude: Optional[set[int]] = None, timeout: float = 10.0) -> None:
+    """Stop every process we started in ``name`` (by PID), then delete the namespace."""
+    exclude = exclude or set()
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids(name):
+            if pid not in exclude:
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + timeout / 2
+        while time.monotonic() < deadline and [p for p in pids(name) if p not in exclude]:
+            time.sleep(0.1)
+    subprocess.run(["ip", "netns", "del", name], capture_output=True)
