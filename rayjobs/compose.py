@@ -189,8 +189,13 @@ def override_key(override: str) -> str:
     return override.split("=", 1)[0].lstrip("+~")
 
 
+def preset_keys(experiment: str) -> dict[str, Any]:
+    """The verl keys a preset sets, flattened (``{"data.train_batch_size": 256, ...}``)."""
+    return dict(_preset_keys(experiment, tuple(str(d) for d in search_dirs()[:-1])))
+
+
 @functools.lru_cache(maxsize=64)
-def preset_keys(experiment: str, _depth: int = 0) -> dict[str, Any]:
+def _preset_keys(experiment: str, dirs: tuple[str, ...], _depth: int = 0) -> dict[str, Any]:
     """The verl keys a preset sets, flattened (``{"data.train_batch_size": 256, ...}``).
 
     Read from the preset file itself (it is ``# @package _global_``), following its defaults
@@ -199,14 +204,14 @@ def preset_keys(experiment: str, _depth: int = 0) -> dict[str, Any]:
     """
     import yaml
 
-    for d in search_dirs()[:-1]:
-        path = d / "exp" / f"{experiment}.yaml"
+    for d in dirs:
+        path = Path(d) / "exp" / f"{experiment}.yaml"
         if path.is_file():
             data = yaml.safe_load(path.read_text()) or {}
             out: dict[str, Any] = {}
             for entry in data.pop("defaults", None) or []:
                 if isinstance(entry, str) and entry != "_self_" and _depth < 8:
-                    out.update(preset_keys(entry.split("/")[-1], _depth + 1))
+                    out.update(_preset_keys(entry.split("/")[-1], dirs, _depth + 1))
             out.update({k: v for k, v in flatten(data) if not is_own(k)})
             return out
     return {}
