@@ -32,8 +32,9 @@ HEAD_ENV = {
     "RAY_JOB_START_TIMEOUT_SECONDS": str(7 * 24 * 3600),
     # Ray kills a stopped job's driver 3 s after SIGTERM: too short for an RL checkpoint.
     "RAY_JOB_STOP_WAIT_TIME_S": "60",
-    # Reap processes that escaped the driver's process tree (vLLM engines, setsid'd helpers).
-    "RAY_kill_child_processes_on_worker_exit_with_raylet_subreaper": "true",
+    # Not set: RAY_kill_child_processes_on_worker_exit_with_raylet_subreaper=true. On Ray 2.60 it
+    # makes every job report SUCCEEDED with driver exit code 0 (measured: `sys.exit(1)` ->
+    # SUCCEEDED), because the supervisor's child is reaped before it can read the exit status.
     "RAY_USAGE_STATS_ENABLED": "0",
 }
 
