@@ -102,7 +102,8 @@ def ensure(num_gpus: Optional[int] = None, quiet: bool = False) -> settings.Targ
     return target(start(num_gpus=num_gpus, quiet=quiet))
 
 
-def start(num_gpus: Optional[int] = None, quiet: bool = False, timeout: float = 120.0) -> dict[str, Any]:
+def start(num_gpus: Optional[int] = None, quiet: bool = False, timeout: float = 120.0,
+          num_cpus: Optional[int] = None) -> dict[str, Any]:
     """Start a head bound to 127.0.0.1 and record it (ports, temp dir, PIDs)."""
     d = state_dir()
     d.mkdir(parents=True, exist_ok=True)
@@ -130,6 +131,8 @@ def start(num_gpus: Optional[int] = None, quiet: bool = False, timeout: float = 
     ]
     if num_gpus is not None:
         cmd.append(f"--num-gpus={num_gpus}")
+    if num_cpus is not None:
+        cmd.append(f"--num-cpus={num_cpus}")
     if not quiet:
         print(f"rayjobs: no cluster configured; starting the embedded local Ray cluster (127.0.0.1:{dash}) ...", file=sys.stderr)
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)

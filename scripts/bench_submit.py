@@ -1,0 +1,100 @@
+"""Benchmark: cold ``python -m rayjobs.submit`` vs cold ``ray job submit --no-wait``, side by side.
+
+Both submit the same entrypoint (rayjobs' own, from a dry-run) with the same working_dir to the same
+warm local Ray head, inside a private network namespace; runs alternate so drift hits both alike.
+Also ``rayjobs --help`` and the dry-run wall times. Writes the "submit" section of docs/benchmarks.md.
+
+    sudo .venv/bin/python scripts/bench_submit.py [--rounds 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+import benchlib  # noqa: E402
+
+PY = sys.executable
+BIN = Path(PY).parent
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=7)
+    a = ap.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="rjb", dir="/tmp"))
+    env = dict(os.environ, RAYJOBS_HOME=str(root / "rj"), HOME=str(root / "home"))
+    for var in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_MODE"):
+        env.pop(var, None)
+    os.environ.update(env)
+    work = root / "project"
+    work.mkdir()
+    (work / "train_notes.txt").write_text("a small project dir, as a user's cwd\n")
+    with benchlib.private_netns():
+        from rayjobs import embedded
+
+        rec = embedded.start(num_gpus=2, num_cpus=16, quiet=True)  # logical: the PPO preset needs 2 x (1 GPU + 3 CPUs)
+        token_path = rec["token_path"]
+        try:
+            # The data the preset reads (preflight checks it exists), as +exp=prepare_data would write it.
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            for split in ("train", "test"):
+                p = root / "rj" / "storage" / "data" / "gsm8k" / f"{split}.parquet"
+                p.parent.mkdir(parents=True, exist_ok=True)
+                pq.write_table(pa.Table.from_pylist([{"data_source": "openai/gsm8k", "prompt": [{"role": "user", "content": "1+1?"}],
+                                                       "reward_model": {"style": "rule", "ground_truth": "2"}}]), p)
+            exp = ["+exp=ppo_gsm8k_qwen05b", "trainer.logger=[console]"]  # no W&B key on this head
+            dry = subprocess.run([PY, "-m", "rayjobs.submit", *exp, "rayjobs.dry_run=true"],
+                                 cwd=work, env=env, capture_output=True, text=True, check=True)
+            req = json.loads(dry.stdout)["submit_job"]
+            ray_env = dict(env, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=token_path)
+            raw = [str(BIN / "ray"), "job", "submit", "--no-wait", "--address", rec["dashboard"], "--working-dir", ".",
+                   "--runtime-env-json", json.dumps({"excludes": req["runtime_env"]["excludes"]}),
+                   "--metadata-json", json.dumps(req["metadata"]), "--"] + shlex.split(req["entrypoint"])
+            ours = [PY, "-m", "rayjobs.submit", *exp]
+            # Warm both (imports cached by the OS, package uploaded once) before measuring.
+            benchlib.timed(raw, env=ray_env, cwd=str(work))
+            benchlib.timed(ours, env=env, cwd=str(work))
+            res = benchlib.interleaved({
+                "ray job submit --no-wait": lambda: benchlib.timed(raw, env=ray_env, cwd=str(work)),
+                "python -m rayjobs.submit": lambda: benchlib.timed(ours, env=env, cwd=str(work)),
+                "python -m rayjobs.submit (dry-run)": lambda: benchlib.timed(ours + ["rayjobs.dry_run=true"], env=env, cwd=str(work)),
+                "rayjobs --help": lambda: benchlib.timed([str(BIN / "rayjobs"), "--help"], env=env),
+            }, a.rounds)
+        finally:
+            embedded.stop()
+    shutil.rmtree(root, ignore_errors=True)
+    m = {k: benchlib.median(v) for k, v in res.items()}
+    ratio = m["python -m rayjobs.submit"] / m["ray job submit --no-wait"]
+    rows = "\n".join(f"| `{k}` | {m[k]:.3f} | {min(v):.3f} | {max(v):.3f} |" for k, v in res.items())
+    md = f"""## Submit latency (issue 2) — `scripts/bench_submit.py`
+
+Cold processes, {a.rounds} interleaved rounds, one warm local Ray head (127.0.0.1, in a private network
+namespace), same entrypoint, working_dir and metadata for both submitters. {platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}.
+
+| command | median s | min s | max s |
+|---|---|---|---|
+{rows}
+
+- **rayjobs / raw ratio: {ratio:.2f}×** (target ≤ 1.0×: {"met" if ratio <= 1.0 else "missed"}). rayjobs composes verl's
+  full config with Hydra, runs preflight, uploads and records; Ray's CLI imports more of Ray.
+- `rayjobs --help`: {m['rayjobs --help']:.3f} s median (target < 0.3 s: {"met" if m['rayjobs --help'] < 0.3 else "missed"}).
+- dry-run (compose + checks + JobSpec, no cluster): {m['python -m rayjobs.submit (dry-run)']:.3f} s median.
+"""
+    benchlib.write_section("submit", md)
+    print(md)
+
+
+if __name__ == "__main__":
+    main()
