@@ -1,0 +1,547 @@
+#!/usr/bin/env python3
+"""Form rayjobs' Ray cluster on one SkyPilot node (run on every node by ``cluster.yaml``'s ``run``).
+
+Rank-aware, idempotent, no fixed sleeps:
+
+* rank 0 starts the Ray head on ``RAYJOBS_RAY_PORT`` (6379) with the dashboard / Jobs API on
+  127.0.0.1:``RAYJOBS_DASHBOARD_PORT`` (8265), a dashboard-agent port that is not SkyPilot's 52365,
+  ``--num-gpus=$SKYPILOT_NUM_GPUS_PER_NODE``, token auth and the head settings the rayjobs queue and
+  stop rely on (``rayjobs.embedded.HEAD_ENV``). It then polls the GCS until every rank's node and
+  every GPU is present and the Jobs API answers, and writes the readiness record
+  (``$RAYJOBS_NODE_DIR/ready.json``: nodes, GPUs, Ray/verl/rayjobs versions). After
+  ``RAYJOBS_JOIN_TIMEOUT`` seconds it fails, naming the ranks that are missing.
+* other ranks poll the head's GCS (health check, bounded) and join as soon as it answers.
+* a node whose Ray is already part of the cluster changes nothing; a node whose Ray is gone
+  (reboot, crash) starts it again and rejoins. It never runs ``ray stop``: SkyPilot's own Ray
+  (6380/8266/8076, agent 52365) runs on the same machine. Stale processes of *our* previous
+  session (recorded in ``node.json``) are ended by PID, only when the head no longer knows the node.
+* secrets (``WANDB_API_KEY``, ``HF_TOKEN``, ...) present in this script's environment (SkyPilot
+  ``secrets``) reach the Ray processes' environment, hence the jobs', never a job's runtime_env.
+  The auth token arrives as ``RAY_AUTH_TOKEN`` (a SkyPilot secret set by ``rayjobs up``) and is kept
+  in a 0600 file; Ray gets only its path.
+
+Inputs: SKYPILOT_NODE_RANK, SKYPILOT_NODE_IPS (newline-separated), SKYPILOT_NUM_NODES,
+SKYPILOT_NUM_GPUS_PER_NODE; knobs RAYJOBS_NODE_DIR (~/.rayjobs/node), RAYJOBS_JOIN_TIMEOUT (900),
+RAYJOBS_RAY_PORT, RAYJOBS_DASHBOARD_PORT, RAYJOBS_AGENT_PORT (52366), RAYJOBS_CLIENT_PORT (10011),
+RAYJOBS_STORAGE (the shared root, recorded and passed to jobs). Exit 0 = this node is in the cluster
+(and, on rank 0, the cluster is complete); 1 = it is not (one line on stderr says why).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any, Optional
+
+T0 = time.monotonic()
+
+
+def log(msg: str) -> None:
+    print(f"[rayjobs-node {time.monotonic() - T0:6.2f}s] {msg}", file=sys.stderr, flush=True)
+
+
+class Failed(SystemExit):
+    """A one-line failure (``error: ...`` on stderr, exit 1)."""
+
+    def __init__(self, msg: str) -> None:
+        super().__init__(1)
+        self.msg = msg
+
+
+def fail(msg: str) -> "None":
+    print(f"error: {msg}", file=sys.stderr, flush=True)
+    raise Failed(msg)
+
+
+# --------------------------------------------------------------------------- configuration
+class Config:
+    def __init__(self, env: dict[str, str]) -> None:
+        try:
+            self.rank = int(env["SKYPILOT_NODE_RANK"])
+        except (KeyError, ValueError):
+            fail("SKYPILOT_NODE_RANK is not set: run this from a SkyPilot task's `run` (or set it)")
+        self.ips = [line.strip() for line in env.get("SKYPILOT_NODE_IPS", "").splitlines() if line.strip()]
+        self.num_nodes = int(env.get("SKYPILOT_NUM_NODES") or len(self.ips) or 1)
+        if len(self.ips) < self.num_nodes or self.rank >= self.num_nodes:
+            fail(f"SKYPILOT_NODE_IPS lists {len(self.ips)} address(es) for {self.num_nodes} node(s) (rank {self.rank})")
+        self.gpus = int(float(env.get("SKYPILOT_NUM_GPUS_PER_NODE") or 0))
+        self.ip = self.ips[self.rank]
+        self.head_ip = self.ips[0]
+        self.port = int(env.get("RAYJOBS_RAY_PORT", 6379))
+        self.dashboard_port = int(env.get("RAYJOBS_DASHBOARD_PORT", 8265))
+        self.agent_port = int(env.get("RAYJOBS_AGENT_PORT", 52366))  # SkyPilot's Ray uses 52365
+        self.client_port = int(env.get("RAYJOBS_CLIENT_PORT", 10011))  # SkyPilot's Ray uses 10001
+        self.timeout = float(env.get("RAYJOBS_JOIN_TIMEOUT", 900))
+        self.dir = Path(env.get("RAYJOBS_NODE_DIR") or Path.home() / ".rayjobs" / "node").expanduser()
+        self.storage = env.get("RAYJOBS_STORAGE", "")
+        self.gcs = f"{self.head_ip}:{self.port}"
+
+    @property
+    def head(self) -> bool:
+        return self.rank == 0
+
+
+# --------------------------------------------------------------------------- environment of Ray
+def head_env() -> dict[str, str]:
+    """rayjobs' head settings (long job start timeout, 60 s stop grace, subreaper, no usage stats)."""
+    try:
+        from rayjobs.embedded import HEAD_ENV
+    except ImportError:
+        fail("rayjobs is not importable here: the task's setup installs it (pip install rayjobs)")
+    env = dict(HEAD_ENV)
+    # That switch keeps the *embedded* head on 127.0.0.1; it also refuses other nodes.
+    env.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
+    return env
+
+
+def token_file(cfg: Config) -> Path:
+    """The cluster's auth token as a 0600 file; Ray gets only its path.
+
+    From the RAY_AUTH_TOKEN secret, except while this node's Ray runs with the file it has (a new
+    token would lock the running cluster out; the running one is kept, with a warning).
+    """
+    path = cfg.dir / "auth_token"
+    given = os.environ.pop("RAY_AUTH_TOKEN", "").strip()
+    current = path.read_text().strip() if path.exists() else ""
+    if given and given != current:
+        if current and stale_pids(cfg):
+            log("warning: RAY_AUTH_TOKEN differs from the token this node's running Ray uses; keeping the running one")
+        else:
+            _write_secret(path, given)
+    elif not given and not current:
+        if cfg.num_nodes > 1:
+            fail("no RAY_AUTH_TOKEN secret and no token file: launch with `rayjobs up` (it passes one), "
+                 "or `sky launch --secret RAY_AUTH_TOKEN=<same value on all nodes>`")
+        _write_secret(path, secrets.token_hex(32))
+    return path
+
+
+def _write_secret(path: Path, value: str) -> None:
+    tmp = path.with_suffix(".new")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.write(fd, value.encode())
+    os.close(fd)
+    os.replace(tmp, path)
+
+
+def prepare_env(cfg: Config) -> None:
+    """This process' environment becomes the Ray processes' (and so every job's)."""
+    cfg.dir.mkdir(parents=True, exist_ok=True)
+    tok = token_file(cfg)
+    os.environ.update(head_env())
+    os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(tok))
+    for var in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS"):
+        os.environ.pop(var, None)
+    if cfg.storage:
+        os.environ["RAYJOBS_STORAGE"] = cfg.storage
+    # Entrypoints run with the PATH of `ray start`: this interpreter's python3 comes first.
+    os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
+    log(f"secrets for the Ray processes: {', '.join(v for v in ('WANDB_API_KEY', 'HF_TOKEN') if os.environ.get(v)) or 'none'}")
+
+
+# --------------------------------------------------------------------------- probes
+def tcp_open(ip: str, port: int, timeout: float = 0.5) -> bool:
+    try:
+        with socket.create_connection((ip, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+_GCS: dict[str, Any] = {}
+
+
+def gcs(address: str) -> Any:
+    from ray._raylet import GcsClient
+
+    if address not in _GCS:
+        _GCS[address] = GcsClient(address=address)
+    return _GCS[address]
+
+
+def alive_nodes(address: str, timeout: float = 2.0) -> Optional[list[dict[str, Any]]]:
+    """ALIVE nodes of the cluster at ``address`` (ip, gpus, head), or None if its GCS does not answer."""
+    if not tcp_open(*_split(address)):
+        return None
+    try:
+        from ray.core.generated.gcs_pb2 import GcsNodeInfo
+
+        infos = gcs(address).get_all_node_info(timeout=timeout, state_filter=GcsNodeInfo.GcsNodeState.ALIVE)
+    except Exception:
+        _GCS.pop(address, None)
+        return None
+    return [{"ip": i.node_manager_address, "gpus": float(i.resources_total.get("GPU", 0)),
+             "head": bool(i.is_head_node), "id": i.node_id.hex()} for i in infos.values()]
+
+
+def _split(address: str) -> tuple[str, int]:
+    host, port = address.rsplit(":", 1)
+    return host, int(port)
+
+
+def jobs_api_up(cfg: Config) -> bool:
+    """The Jobs API answers on the head's loopback (401 without a token still means up)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{cfg.dashboard_port}/api/version", timeout=1) as r:
+            return r.status == 200
+    except urllib.error.HTTPError as e:
+        return e.code in (401, 403)
+    except Exception:
+        return False
+
+
+def recorded(cfg: Config) -> dict[str, Any]:
+    """What this node's last `ray start` recorded (session dir, node id, head)."""
+    try:
+        return json.loads((cfg.dir / "node.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def healthy(cfg: Config, nodes: Optional[list[dict[str, Any]]]) -> bool:
+    """This node's Ray is part of the cluster: the head lists our node id as ALIVE *and* our
+    raylet runs here (after a crash or reboot the head may list the dead node for a while)."""
+    rec = recorded(cfg)
+    if not nodes or rec.get("gcs") != cfg.gcs or not any(n["id"] == rec.get("node_id") for n in nodes):
+        return False
+    return any(b"raylet" in cmd for cmd in _session_cmdlines(rec.get("session_dir", "")).values())
+
+
+# --------------------------------------------------------------------------- starting Ray
+def _session_cmdlines(session: str) -> dict[int, bytes]:
+    """Command lines of this node's processes that belong to Ray session dir ``session``."""
+    out: dict[int, bytes] = {}
+    if not session:
+        return out
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit() and int(p.name) != os.getpid():
+            try:
+                cmd = (p / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if session.encode() in cmd:
+                out[int(p.name)] = cmd
+    return out
+
+
+def stale_pids(cfg: Config) -> list[int]:
+    """PIDs of our previous Ray session on this node (matched by its session dir), if any live."""
+    return sorted(_session_cmdlines(recorded(cfg).get("session_dir", "")))
+
+
+def end_stale(cfg: Config) -> None:
+    pids = stale_pids(cfg)
+    if not pids:
+        return
+    log(f"ending {len(pids)} process(es) of this node's previous Ray session (the head no longer knows it)")
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in pids):
+            time.sleep(0.1)
+
+
+class Starter:
+    """Starts this node's Ray in a detached process, prepared early and told when to go.
+
+    SkyPilot runs `run` under a kill daemon that, when the script exits, SIGTERMs every process
+    it last saw below it. Ray's daemons must never be below this script, so a double-forked
+    starter (reparented away at once) starts them. It is spawned at the beginning, imports Ray
+    while we probe the cluster (off the critical path), then waits for `go` or `cancel`.
+    """
+
+    def __init__(self, cfg: Config) -> None:
+        import subprocess
+
+        self.cfg = cfg
+        self.base = cfg.dir / f"start.{os.getpid()}"
+        for ext in (".go", ".cancel", ".json", ".pid"):
+            self.base.with_suffix(ext).unlink(missing_ok=True)
+        subprocess.run([sys.executable, os.path.abspath(__file__), "--start", str(self.base), str(os.getpid())],
+                       check=True, stdin=subprocess.DEVNULL, timeout=60)  # returns once it has forked
+
+    def cancel(self) -> None:
+        self.base.with_suffix(".cancel").touch()
+
+    def go(self) -> str:
+        """Start Ray now; returns the new node id (remembered with the session dir in node.json)."""
+        cfg = self.cfg
+        self.base.with_suffix(".go").touch()
+        result, pid_file = self.base.with_suffix(".json"), self.base.with_suffix(".pid")
+        deadline = time.monotonic() + max(cfg.timeout, 120)
+        while not result.exists():
+            pid = pid_file.read_text().strip() if pid_file.exists() else ""
+            gone = pid and not Path(f"/proc/{pid}").exists() and not result.exists()
+            if gone or time.monotonic() > deadline:
+                fail(f"starting Ray on rank {cfg.rank} ({cfg.ip}) did not finish (starter gone or timed out)")
+            time.sleep(0.02)
+        out = json.loads(result.read_text())
+        for ext in (".go", ".json", ".pid"):
+            self.base.with_suffix(ext).unlink(missing_ok=True)
+        if out.get("error"):
+            raise Failed(out["error"])  # the starter already printed it
+        node_id = out.get("node_id", "")
+        session = os.path.realpath("/tmp/ray/session_latest")
+        old_id = recorded(cfg).get("node_id")
+        deadline = time.monotonic() + 60
+        while not node_id and time.monotonic() < deadline:  # the CLI does not say: ask the head
+            ids = [n["id"] for n in alive_nodes(cfg.gcs) or [] if n["ip"] == cfg.ip and n["id"] != old_id]
+            node_id = ids[0] if len(ids) == 1 else ""
+            time.sleep(0 if node_id else 0.2)
+        rec = {"session_dir": session, "gcs": cfg.gcs, "ip": cfg.ip, "node_id": node_id}
+        (cfg.dir / "node.json").write_text(json.dumps(rec))
+        return node_id
+
+
+def detached_start(base: Path, parent: int) -> None:
+    """``--start BASE PARENT``: double-fork; in the grandchild import Ray, wait for BASE.go (or
+    BASE.cancel, or PARENT gone), start Ray, write BASE.json, exit."""
+    if os.fork() > 0:
+        os._exit(0)
+    os.setsid()
+    if os.fork() > 0:
+        os._exit(0)
+    base.with_suffix(".pid").write_text(str(os.getpid()))
+    out: dict[str, Any] = {}
+    try:
+        cfg = Config(dict(os.environ))
+        cli = os.environ.get("RAYJOBS_RAY_START") == "cli"
+        if cli:
+            import ray.scripts.scripts  # noqa: F401
+        else:
+            import ray._private.node  # noqa: F401
+        deadline = time.monotonic() + cfg.timeout + 120
+        while not base.with_suffix(".go").exists():
+            if base.with_suffix(".cancel").exists() or not Path(f"/proc/{parent}").exists() \
+                    or time.monotonic() > deadline:
+                base.with_suffix(".cancel").unlink(missing_ok=True)
+                base.with_suffix(".pid").unlink(missing_ok=True)
+                os._exit(0)
+            time.sleep(0.02)
+        out["node_id"] = _start_cli(cfg) if cli else _start_fast(cfg)
+    except Failed as e:
+        out["error"] = e.msg
+    except BaseException as e:  # noqa: BLE001  (the parent must hear about anything)
+        out["error"] = f"starting Ray failed: {e.__class__.__name__}: {' '.join(str(e).split())[:300]}"
+        print(f"error: {out['error']}", file=sys.stderr, flush=True)
+    tmp = base.with_suffix(".new")
+    tmp.write_text(json.dumps(out))
+    os.replace(tmp, base.with_suffix(".json"))
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def _start_fast(cfg: Config) -> str:
+    """What ``ray start`` does, without importing its CLI module.
+
+    ``ray.scripts.scripts`` costs ~1.3 CPU-s to import (autoscaler, dashboard helpers); the node
+    itself needs ``RayParams`` + ``Node`` only (~0.3 s). The arguments mirror ``ray start``'s
+    defaults (Ray 2.52-2.60). If this Ray lays them out differently, we fall back to the CLI before
+    anything was started. ``RAYJOBS_RAY_START=cli`` forces the CLI.
+    """
+    try:
+        import ray._private.node as ray_node
+        from ray._private.authentication.authentication_token_setup import (
+            ensure_token_if_auth_enabled, maybe_enable_token_auth_if_token_available)
+        from ray._private.parameter import RayParams
+        from ray._private.resource_isolation_config import ResourceIsolationConfig
+        from ray._private.utils import write_ray_address
+
+        params = RayParams(
+            node_ip_address=cfg.ip, node_name=cfg.ip, num_gpus=cfg.gpus, resources={}, labels={},
+            min_worker_port=20002, max_worker_port=29999,  # SkyPilot's Ray: 11002-19999
+            node_manager_port=0, ray_client_server_port=cfg.client_port,
+            redis_username="", redis_password="", huge_pages=False, enable_object_reconstruction=False,
+            include_dashboard=True if cfg.head else None, dashboard_host="127.0.0.1",
+            dashboard_port=cfg.dashboard_port, dashboard_agent_listen_port=cfg.agent_port,
+            no_monitor=False, ray_debugger_external=False,
+            resource_isolation_config=ResourceIsolationConfig(
+                enable_resource_isolation=False, cgroup_path=None, system_reserved_cpu=None,
+                system_reserved_memory=None),
+        )
+    except (ImportError, TypeError, AttributeError) as e:
+        log(f"this Ray's internals differ ({e.__class__.__name__}: {e}); using the `ray start` CLI")
+        return _start_cli(cfg)
+    if cfg.head:
+        params.gcs_server_port = cfg.port
+        maybe_enable_token_auth_if_token_available()
+    else:
+        params.gcs_address = cfg.gcs
+    try:
+        ensure_token_if_auth_enabled(None, create_token_if_missing=False)
+        node = ray_node.Node(params, head=cfg.head, shutdown_at_exit=False, spawn_reaper=False)
+        write_ray_address(node.address if cfg.head else cfg.gcs, node.get_temp_dir_path())
+        return node.node_id
+    except Exception as e:
+        fail(f"starting Ray failed on rank {cfg.rank} ({cfg.ip}): {' '.join(str(e).split())[:400]}")
+    return ""
+
+
+def _start_cli(cfg: Config) -> str:
+    """``ray start`` through its CLI code, in this process."""
+    args = [
+        f"--node-ip-address={cfg.ip}", f"--num-gpus={cfg.gpus}",
+        f"--dashboard-agent-listen-port={cfg.agent_port}",
+        "--min-worker-port=20002", "--max-worker-port=29999",
+        f"--ray-client-server-port={cfg.client_port}", "--disable-usage-stats",
+    ]
+    if cfg.head:
+        args = ["--head", f"--port={cfg.port}", "--dashboard-host=127.0.0.1",
+                f"--dashboard-port={cfg.dashboard_port}", "--include-dashboard=true", *args]
+    else:
+        args = [f"--address={cfg.gcs}", *args]
+    log("ray start " + " ".join(args))
+    from ray.scripts.scripts import start
+
+    try:
+        start.main(args=args, prog_name="ray start", standalone_mode=False)
+    except SystemExit as e:
+        if e.code:
+            fail(f"`ray start` failed on rank {cfg.rank} ({cfg.ip}) with exit code {e.code}")
+    except Exception as e:
+        fail(f"`ray start` failed on rank {cfg.rank} ({cfg.ip}): {' '.join(str(e).split())[:400]}")
+    return ""
+
+
+# --------------------------------------------------------------------------- roles
+def worker(cfg: Config) -> None:
+    deadline = time.monotonic() + cfg.timeout
+    starter = Starter(cfg)
+    nodes = alive_nodes(cfg.gcs)
+    if nodes is None:
+        log(f"waiting for the head at {cfg.gcs}")
+    while nodes is None:
+        if time.monotonic() > deadline:
+            starter.cancel()
+            fail(f"rank {cfg.rank} ({cfg.ip}): the Ray head at {cfg.gcs} did not answer within {cfg.timeout:.0f} s")
+        time.sleep(0.1)
+        nodes = alive_nodes(cfg.gcs)
+    if healthy(cfg, nodes):
+        starter.cancel()
+        log(f"rank {cfg.rank} ({cfg.ip}) is already in the cluster at {cfg.gcs}: nothing to do")
+        return
+    end_stale(cfg)
+    log(f"starting the Ray worker, joining {cfg.gcs}")
+    node_id = starter.go()
+    while not any(n["id"] == node_id or (not node_id and n["ip"] == cfg.ip) for n in alive_nodes(cfg.gcs) or []):
+        if time.monotonic() > deadline:
+            fail(f"rank {cfg.rank} ({cfg.ip}) started Ray but the head at {cfg.gcs} does not list it")
+        time.sleep(0.1)
+    log(f"rank {cfg.rank} ({cfg.ip}) joined {cfg.gcs}")
+
+
+def head(cfg: Config) -> None:
+    starter = Starter(cfg)
+    if healthy(cfg, alive_nodes(cfg.gcs)):
+        starter.cancel()
+        log(f"the head at {cfg.gcs} is already running: not starting it again")
+    else:
+        end_stale(cfg)
+        log("starting the Ray head")
+        starter.go()
+    wait_complete(cfg)
+
+
+def missing(cfg: Config, nodes: list[dict[str, Any]]) -> list[str]:
+    """Ranks not (fully) present: '2 (10.0.0.3)' or '1 (10.0.0.2: 0 of 8 GPUs)'."""
+    out = []
+    for rank, ip in enumerate(cfg.ips[: cfg.num_nodes]):
+        mine = [n for n in nodes if n["ip"] == ip]
+        if not mine:
+            out.append(f"{rank} ({ip})")
+        elif max(n["gpus"] for n in mine) < cfg.gpus:
+            out.append(f"{rank} ({ip}: {max(n['gpus'] for n in mine):g} of {cfg.gpus} GPUs)")
+    return out
+
+
+def wait_complete(cfg: Config) -> None:
+    deadline = time.monotonic() + cfg.timeout
+    last = ""
+    while True:
+        nodes = alive_nodes(cfg.gcs) or []
+        gaps = missing(cfg, nodes)
+        api = jobs_api_up(cfg)
+        if not gaps and api:
+            break
+        present = cfg.num_nodes - len(gaps)
+        state = f"{present}/{cfg.num_nodes} nodes" + ("" if api else ", Jobs API not up yet")
+        if state != last:
+            log(f"waiting: {state}")
+            last = state
+        if time.monotonic() > deadline:
+            what = f"rank(s) {', '.join(gaps)} did not join" if gaps else "the Jobs API did not answer"
+            fail(f"cluster not ready after {cfg.timeout:.0f} s: {what} (head {cfg.gcs}, "
+                 f"{cfg.num_nodes - len(gaps)} of {cfg.num_nodes} nodes present); see those nodes' `sky logs` output")
+        time.sleep(0.1)
+    write_ready(cfg, nodes)
+
+
+def _version(dist: str) -> Optional[str]:
+    from importlib import metadata
+
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def write_ready(cfg: Config, nodes: list[dict[str, Any]]) -> None:
+    """The readiness record; rewritten only when its content changes (a re-run changes nothing)."""
+    import ray
+
+    ranks = [[n for n in nodes if n["ip"] == ip] for ip in cfg.ips[: cfg.num_nodes]]
+    rec = {
+        "ready": True,
+        "nodes": sum(1 for r in ranks if r),
+        "gpus": int(sum(max(n["gpus"] for n in r) for r in ranks if r)),
+        "gpus_per_node": cfg.gpus,
+        "node_ips": cfg.ips[: cfg.num_nodes],
+        "gcs": cfg.gcs,
+        "dashboard": f"127.0.0.1:{cfg.dashboard_port}",
+        "token_path": str(cfg.dir / "auth_token"),
+        "storage": cfg.storage or None,
+        "ray_version": ray.__version__,
+        "verl_version": _version("verl"),
+        "rayjobs_version": _version("rayjobs"),
+    }
+    path = cfg.dir / "ready.json"
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, ValueError):
+        old = {}
+    if {k: v for k, v in old.items() if k != "ready_at"} == rec:
+        log("cluster ready (unchanged)")
+    else:
+        rec["ready_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        tmp = path.with_suffix(".new")
+        tmp.write_text(json.dumps(rec, indent=2) + "\n")
+        os.replace(tmp, path)
+        old = rec
+        log(f"cluster ready: {rec['nodes']} nodes, {rec['gpus']} GPUs, Ray {rec['ray_version']}, verl {rec['verl_version']}")
+    print("RAYJOBS_READY " + json.dumps(old, sort_keys=True), flush=True)
+
+
+def main() -> None:
+    if len(sys.argv) == 4 and sys.argv[1] == "--start":
+        detached_start(Path(sys.argv[2]), int(sys.argv[3]))
+    cfg = Config(dict(os.environ))
+    prepare_env(cfg)
+    log(f"rank {cfg.rank}/{cfg.num_nodes} at {cfg.ip}, head {cfg.gcs}, {cfg.gpus} GPU(s) per node")
+    (head if cfg.head else worker)(cfg)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+"""``rayjobs up | connect | cluster | down``: the cluster's life cycle (SkyPilot + SSH tunnel)."""
+
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+import click
+
+from rayjobs.cli import main
+from rayjobs.errors import run_cli
+
+
+@main.command("up", context_settings={"ignore_unknown_options": True})
+@click.argument("params", nargs=-1, metavar="[KEY=VALUE]...")
+@click.option("-c", "--name", default=None, help="SkyPilot cluster name (default: rayjobs).")
+def up_cmd(params: tuple[str, ...], name: Optional[str]) -> None:
+    """Launch (or re-bootstrap) the Ray cluster and connect to it; returns when it is ready.
+
+    KEY=VALUE: infra=k8s accelerators=H100:1 num_nodes=2 idle_minutes=30 image=... disk_size=256
+    memory=128+ use_spot=false autodown=... bucket=... volume=... storage=/mnt/rayjobs join_timeout=900.
+    Defaults come from bootstrap/cluster.yaml. Running it again on a live cluster changes nothing
+    there and brings back nodes that lost their Ray.
+    """
+    from rayjobs import cluster
+
+    def go() -> dict:
+        return cluster.up(name or cluster.DEFAULT_NAME, cluster.parse_params(list(params)))
+
+    run_cli(go)
+
+
+@main.command("connect")
+@click.argument("name", required=False)
+@click.option("--port", type=int, default=None, help="Local port for the tunnel (default 8265, else a free one).")
+@click.option("--close", is_flag=True, help="Close the tunnel and forget the cluster.")
+def connect_cmd(name: Optional[str], port: Optional[int], close: bool) -> None:
+    """Open (or reuse) an SSH tunnel to the cluster's Jobs API and remember the cluster.
+
+    Uses SkyPilot's SSH config entry for NAME (default: the remembered cluster, else `rayjobs`);
+    later commands then need no address. Prints the local dashboard URL on stdout.
+    """
+    from rayjobs import cluster
+
+    if close:
+        closed = cluster.disconnect()
+        click.echo("rayjobs: tunnel closed" if closed else "rayjobs: no open tunnel", err=True)
+        return
+    rec = run_cli(lambda: cluster.connect(name, port=port))
+    click.echo(rec["address"])
+
+
+@main.command("cluster")
+@click.option("--json", "as_json", is_flag=True, help="Print the view as JSON.")
+def cluster_cmd(as_json: bool) -> None:
+    """Nodes, GPUs used/free and the queue of the current cluster."""
+    from rayjobs import cluster
+
+    v = run_cli(cluster.view)
+    click.echo(json.dumps(v, indent=2) if as_json else cluster.render(v))
+
+
+@main.command("down")
+@click.argument("name", required=False)
+@click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
+def down_cmd(name: Optional[str], yes: bool) -> None:
+    """Tear the cluster down (running jobs are lost; the storage bucket/volume is kept)."""
+    from rayjobs import cluster, settings
+
+    name = name or settings.remembered_cluster().get("name") or cluster.DEFAULT_NAME
+    if not yes:
+        click.confirm(f"Tear down the SkyPilot cluster {name!r}? Running jobs are lost", abort=True, err=True)
+    run_cli(lambda: cluster.down(name))

@@ -1,0 +1,211 @@
+"""`rayjobs up/connect/cluster/down` without a cloud: SkyPilot's own schema check and real API
+(offline: its local API server answers `down`; `up` fails at the catalog download, in one line),
+the task parameters, and the up/down flow against a stand-in SDK."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import rayjobs_cli
+
+REPO = Path(__file__).resolve().parent.parent
+sky = pytest.importorskip("sky", reason="skypilot is not installed (pip install 'rayjobs[sky]')")
+
+import rayjobs.cluster as rcl  # noqa: E402
+from rayjobs import settings  # noqa: E402
+from rayjobs.errors import ConfigError  # noqa: E402
+
+
+# --------------------------------------------------------------------------- the SkyPilot task
+def test_task_yaml_passes_skypilots_schema_with_seed_defaults() -> None:
+    task = sky.Task.from_yaml(str(REPO / "bootstrap" / "cluster.yaml"))
+    res = next(iter(task.resources))
+    assert task.num_nodes == 2 and res.accelerators == {"H100": 1}
+    assert str(res.cloud) == "Kubernetes" and res.memory == "128+" and res.disk_size == 256
+    assert res.image_id and "verlai/verl" in next(iter(res.image_id.values()))
+    assert not res.ports  # no public ports: the Jobs API is reached through SSH
+    assert res.autostop_config.wait_for.value == "jobs" and res.autostop_config.idle_minutes == 1
+    assert set(task.secrets) == {"RAY_AUTH_TOKEN", "WANDB_API_KEY", "HF_TOKEN"}
+    assert "/mnt/rayjobs" in task.storage_mounts and task.envs["RAYJOBS_STORAGE"] == "/mnt/rayjobs"
+    assert "bootstrap/ray_node.py" in task.run and "ray stop" not in task.run + task.setup
+    assert task.envs["VERL_VERSION"] == "0.9.1" and task.envs["VLLM_VERSION"] == "0.24.0"
+    assert "pip install -q ." in task.setup  # rayjobs itself, from the workdir
+    sentinel = sky.Task.from_yaml(str(REPO / "bootstrap" / "sentinel.yaml"))
+    assert "sentinel.py" in sentinel.run and sentinel.num_nodes == 1
+
+
+def test_up_parameters_override_the_yaml() -> None:
+    task = rcl.build_task(rcl.parse_params(
+        ["infra=aws", "accelerators=H100:8", "num_nodes=4", "disk_size=512", "image=verlai/verl:custom",
+         "use_spot=true", "bucket=my-bucket", "storage=/mnt/shared", "join_timeout=60"]))
+    res = next(iter(task.resources))
+    assert str(res.cloud) == "AWS" and res.accelerators == {"H100": 8} and task.num_nodes == 4
+    assert res.disk_size == 512 and res.use_spot and next(iter(res.image_id.values())) == "docker:verlai/verl:custom"
+    assert task.envs["RAYJOBS_STORAGE"] == "/mnt/shared" and task.envs["RAYJOBS_JOIN_TIMEOUT"] == "60"
+    assert task.storage_mounts["/mnt/shared"].name == "my-bucket"
+    assert res.autostop_config.down is False  # clouds can stop; k8s cannot
+    assert next(iter(rcl.build_task({}).resources)).autostop_config.down is True
+    cfg = rcl.task_config({"volume": "rayjobs-pvc"})
+    assert cfg["volumes"] == {"/mnt/rayjobs": "rayjobs-pvc"} and "file_mounts" not in cfg
+
+
+@pytest.mark.parametrize("args, message", [
+    (["num_node=3"], "unknown parameter 'num_node' (did you mean: num_nodes"),
+    (["num_nodes=two"], "num_nodes='two': expected a whole number"),
+    (["infra"], "expected key=value"),
+    (["storage=rel/path"], "must be an absolute path"),
+    (["accelerators=H100:x"], "SkyPilot rejected the cluster task"),
+])
+def test_bad_up_parameters_are_one_line_errors(args: list[str], message: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        rcl.build_task(rcl.parse_params(args))
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+# --------------------------------------------------------------------------- up / down flow
+class FakeSky:
+    """Records what rayjobs asks SkyPilot for; the bootstrap log and exit code are scripted."""
+
+    def __init__(self, log: str = "", rc: int = 0) -> None:
+        self.log, self.rc, self.calls = log, rc, []
+
+    def launch(self, task: Any, cluster_name: str) -> str:
+        self.calls.append(("launch", task, cluster_name))
+        return "launch"
+
+    def exec(self, task: Any, cluster_name: str) -> str:
+        self.calls.append(("exec", task, cluster_name))
+        return "exec"
+
+    def down(self, name: str) -> str:
+        self.calls.append(("down", name))
+        return "down"
+
+    def stream_and_get(self, request: str) -> Any:
+        return None if request == "down" else (7, object())
+
+    def tail_logs(self, name: str, job_id: int, follow: bool, output_stream: Any) -> int:
+        self.calls.append(("logs", name, job_id))
+        output_stream.write(self.log)
+        return self.rc
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private RAYJOBS_HOME: nothing here may leave a remembered cluster for other tests."""
+    monkeypatch.setenv("RAYJOBS_HOME", str(tmp_path / "rj"))
+    return tmp_path / "rj"
+
+
+@pytest.fixture
+def no_connect(home: Path, monkeypatch: pytest.MonkeyPatch) -> list:
+    seen: list = []
+    monkeypatch.setattr(rcl, "connect", lambda name, out=None: seen.append(name) or {"name": name})
+    monkeypatch.setattr(rcl, "_remote_state", lambda name: (_ for _ in ()).throw(rcl.ClusterError("none")))
+    return seen
+
+
+def test_up_launches_with_token_and_secrets_then_sentinel_then_connects(
+        no_connect: list, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WANDB_API_KEY", "wb-secret")
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    fake, out = FakeSky(log="[rayjobs-node] cluster ready\nRAYJOBS_READY {}\n"), io.StringIO()
+    rcl.up("rjunit", {"num_nodes": "3", "idle_minutes": "7"}, out=out, sdk=fake)
+    kinds = [c[0] for c in fake.calls]
+    assert kinds == ["launch", "logs", "exec"] and no_connect == ["rjunit"]
+    task = fake.calls[0][1]
+    token = rcl.cluster_dir("rjunit") / "auth_token"
+    assert token.stat().st_mode & 0o777 == 0o600
+    assert _plain(task.secrets) == {"RAY_AUTH_TOKEN": token.read_text(), "WANDB_API_KEY": "wb-secret"}
+    assert task.num_nodes == 3 and task.workdir == str(REPO)
+    assert "WANDB_API_KEY" not in json.dumps(task.envs)  # a secret, not an env (SkyPilot redacts secrets)
+    assert fake.calls[2][1].envs["RAYJOBS_IDLE_MINUTES"] == "7" and "sentinel.py" in fake.calls[2][1].run
+    assert "cluster ready" in out.getvalue()
+    # Again: the same token (a new one would lock the running Ray out).
+    first = token.read_text()
+    rcl.up("rjunit", {}, out=io.StringIO(), sdk=fake)
+    assert _plain(fake.calls[3][1].secrets)["RAY_AUTH_TOKEN"] == first
+
+
+def _plain(secrets: dict) -> dict:
+    return {k: getattr(v, "get_secret_value", lambda: v)() for k, v in secrets.items()}
+
+
+def test_up_reports_the_heads_error_line(no_connect: list) -> None:
+    log = "[rayjobs-node] waiting: 2/3 nodes\nerror: cluster not ready after 900 s: rank(s) 2 (10.0.0.3) did not join\n"
+    with pytest.raises(rcl.ClusterError) as e:
+        rcl.up("rjunit2", {}, out=io.StringIO(), sdk=FakeSky(log=log, rc=100))
+    assert "rank(s) 2 (10.0.0.3) did not join" in str(e.value) and "sky logs rjunit2 7" in str(e.value)
+    assert no_connect == []
+
+
+def test_down_closes_the_tunnel_and_forgets(home: Path) -> None:
+    settings.cluster_file().parent.mkdir(parents=True, exist_ok=True)
+    settings.cluster_file().write_text(json.dumps({"name": "rjdown", "address": "http://127.0.0.1:1"}))
+    rcl.local_token("rjdown", create=True)
+    fake = FakeSky()
+    rcl.down("rjdown", out=io.StringIO(), sdk=fake)
+    assert fake.calls == [("down", "rjdown")]
+    assert not settings.cluster_file().exists() and rcl.local_token("rjdown") is None
+
+
+# --------------------------------------------------------------------------- real SkyPilot, offline
+def test_real_skypilot_api_offline_gives_one_line_errors() -> None:
+    """SkyPilot's own client starts its local API server (inside the test namespace, HOME pinned);
+    `down` of an unknown cluster and `up` without network each end in one line, exit 2."""
+    try:
+        r = rayjobs_cli("down", "rjnosuch", "-y", timeout=240)
+        assert r.returncode == 2, r.stderr
+        assert "error: no SkyPilot cluster named 'rjnosuch'" in r.stderr and "Traceback" not in r.stderr
+        r = rayjobs_cli("up", "num_nodes=2", "-c", "rjoffline", timeout=240)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        assert r.stderr.strip().splitlines()[-1].startswith("error: SkyPilot launch of 'rjoffline' failed")
+        assert not settings.cluster_file().exists()
+    finally:
+        subprocess.run([sys.executable, "-c", "import sky; sky.api_stop()"], capture_output=True, timeout=120)
+        assert not _our_sky_servers(), "SkyPilot's API server outlived api_stop()"
+
+
+def _our_sky_servers() -> list[int]:
+    """SkyPilot API servers started under this test session's HOME (ours to stop)."""
+    mine = f"HOME={os.environ['HOME']}".encode()
+    out = []
+    for p in Path("/proc").iterdir():
+        try:
+            if b"sky.server.server" in (p / "cmdline").read_bytes() and mine in (p / "environ").read_bytes().split(b"\0"):
+                out.append(int(p.name))
+        except OSError:
+            continue
+    return out
+
+
+# --------------------------------------------------------------------------- the view
+def test_cluster_view_on_the_embedded_head(cluster: Any) -> None:
+    r = rayjobs_cli("cluster", "--json")
+    assert r.returncode == 0, r.stderr
+    v = json.loads(r.stdout)
+    assert len(v["nodes"]) == 1 and v["nodes"][0]["head"] and v["name"] == "embedded"
+    assert v["gpus_free"] == v["gpus"] - v["gpus_used"]
+    human = rayjobs_cli("cluster").stdout
+    assert "1 node(s)" in human and "jobs:" in human
+
+
+def test_cli_help_is_fast_and_lists_the_cluster_commands() -> None:
+    import time
+
+    t = time.perf_counter()
+    r = subprocess.run([sys.executable, "-m", "rayjobs.cli", "--help"], capture_output=True, text=True, timeout=60)
+    assert time.perf_counter() - t < 2.0  # the budget is 0.3 s; generous for a loaded CI machine
+    for cmd in ("up", "connect", "cluster", "down"):
+        assert f"  {cmd} " in r.stdout
+    r = subprocess.run([sys.executable, "-X", "importtime", "-c", "import rayjobs.cli"],
+                       capture_output=True, text=True, timeout=60)
+    assert "| sky" not in r.stderr.replace("|  ", "| ").replace("|  ", "| ")  # SkyPilot only inside commands
