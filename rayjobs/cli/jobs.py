@@ -1,0 +1,352 @@
+"""Daily job commands: ``tail``, ``logs``, ``status``, ``list``, ``stop``, ``plot`` (design §3).
+
+stdout carries data (log lines, JSON, tables, ids); stderr carries chatter. Errors are one line,
+exit 2. Heavy imports (ray, rich, matplotlib, requests) happen inside the commands.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any, Optional
+
+import click
+
+from rayjobs.cli import main
+from rayjobs.errors import run_cli
+
+ADDRESS = click.option("--address", default=None, metavar="URL",
+                       help="Ray dashboard address (default: RAY_API_SERVER_ADDRESS, RAY_ADDRESS, the connected cluster, or the embedded local one).")
+
+
+def _say(msg: str) -> None:
+    click.echo(f"rayjobs: {msg}", err=True)
+
+
+def _open(address: Optional[str]) -> tuple[Any, Any, Any]:
+    """(target, Jobs SDK client, Dashboard) for ``address``."""
+    from rayjobs.follow import connect
+    from rayjobs.logstream import Dashboard
+
+    target, c = connect(address)
+    return target, c, Dashboard(target)
+
+
+def _exit(code: int) -> None:
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        pass
+    sys.exit(code)
+
+
+def _pipe_safe(fn: Any) -> Any:
+    """``rayjobs tail ID | head``: a closed stdout ends the command quietly (exit 0)."""
+    import os
+
+    def go() -> int:
+        try:
+            return fn()
+        except BrokenPipeError:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())  # no second error when Python flushes at exit
+            return 0
+
+    return go
+
+
+# --------------------------------------------------------------------------- tail / logs
+@main.command("tail")
+@click.argument("job_id")
+@click.option("--plain", is_flag=True, help="Plain lines even on a terminal (no live panel).")
+@click.option("--lines", "-n", type=int, default=None, metavar="N",
+              help="Of the log written before attaching, print only the last N lines (default: all of it; the last 1000 on a terminal).")
+@ADDRESS
+def tail_cmd(job_id: str, plain: bool, lines: Optional[int], address: Optional[str]) -> None:
+    """Follow a job's log with live RL progress until it ends.
+
+    Exit code: 0 SUCCEEDED, 1 FAILED, 3 STOPPED, 130 detached with Ctrl-C (the job keeps running).
+    """
+
+    def go() -> int:
+        from rayjobs import follow, jobs
+
+        target, c = follow.connect(address)
+        full = jobs.resolve_id(c, job_id)
+        return follow.tail(target, full, live=False if plain else None, lines=-1 if lines is None else lines)
+
+    _exit(run_cli(_pipe_safe(go)))
+
+
+@main.command("logs")
+@click.argument("job_id")
+@click.option("--tail", "-n", "lines", type=int, default=None, metavar="N", help="Only the last N lines.")
+@click.option("--follow", "-f", is_flag=True, help="Keep following (same as `rayjobs tail --plain`).")
+@ADDRESS
+def logs_cmd(job_id: str, lines: Optional[int], follow: bool, address: Optional[str]) -> None:
+    """Print a job's log (plain text, no ANSI codes unless stdout is a terminal)."""
+
+    def go() -> int:
+        from rayjobs import jobs, metrics
+        from rayjobs import follow as fol
+        from rayjobs.logstream import DashboardDown
+
+        target, c, dash = _open(address)
+        full = jobs.resolve_id(c, job_id)
+        if follow:
+            return fol.tail(target, full, live=False)
+        raw = sys.stdout.isatty()
+        info = jobs.info(c, full)
+        node = getattr(info, "driver_node_id", None)
+        if not node:
+            _say(f"{full} is {info.status}: it has no log yet")
+            return 0
+        out = sys.stdout
+        split = metrics.LineSplitter()
+        try:
+            for chunk in dash.iter_log(full, node, lines if lines is not None else -1):
+                if raw:
+                    out.buffer.write(chunk)
+                else:
+                    out.write(metrics.clean_block(split.feed_text(chunk)))
+            out.write("".join(metrics.clean(x) + "\n" for x in split.flush()))
+        except DashboardDown:
+            text = jobs.logs(c, full)  # the Jobs API reads the same file another way
+            if lines is not None:
+                text = "\n".join(text.splitlines()[-lines:]) + "\n" if lines > 0 else ""
+            out.write(text if raw else metrics.clean_block(text))
+        out.flush()
+        return 0
+
+    _exit(run_cli(_pipe_safe(go)))
+
+
+# --------------------------------------------------------------------------- status / list
+STATUS_FIELDS = ("status", "experiment", "sweep", "label", "overrides", "priority", "attempt", "queue_position",
+                 "gpus", "submitted_at", "start_time", "end_time", "step", "total_steps", "metrics", "wandb_url",
+                 "run", "message")
+
+
+@main.command("status")
+@click.argument("job_id")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object (id, status, experiment, sweep, overrides, priority, attempt, submitted_at, queue_position, ...).")
+@ADDRESS
+def status_cmd(job_id: str, as_json: bool, address: Optional[str]) -> None:
+    """Show one job: status, attempt, progress, latest metrics, W&B run."""
+
+    def go() -> int:
+        from rayjobs import jobs, joblist
+
+        _, c, dash = _open(address)
+        full = jobs.resolve_id(c, job_id)
+        info = jobs.info(c, full)
+        over = joblist.queue_overlay(c, [info]).get(full)
+        row = joblist.add_progress(joblist.base_row(info, over), info, dash, lines=2000, head_scan=True)
+        if row["attempt"] is None:
+            row["attempt"] = 0 if row["status"] in ("PENDING", "QUEUED") else 1
+        if as_json:
+            click.echo(json.dumps(row, indent=2, default=str))
+            return 0
+        click.echo(f"id: {row['id']}")
+        for k in STATUS_FIELDS:
+            v = row.get(k)
+            if v in (None, "", [], {}):
+                continue
+            if k == "metrics":
+                v = "  ".join(f"{mk}={mv:.4g}" for mk, mv in v.items())
+            elif k == "overrides":
+                v = " ".join(v)
+            elif k == "step" and row.get("total_steps"):
+                v = f"{v}/{row['total_steps']}"
+            elif k == "total_steps":
+                continue
+            elif k == "message":
+                v = " ".join(str(v).split())[:300]
+            click.echo(f"{k}: {v}")
+        return 0
+
+    _exit(run_cli(go))
+
+
+@main.command("list")
+@click.option("--sweep", default=None, metavar="S", help="Only the jobs of sweep S.")
+@click.option("--status", "statuses", multiple=True, metavar="S", help="Only jobs in status S (repeat or comma-separate).")
+@click.option("--experiment", default=None, metavar="E", help="Only jobs of experiment E.")
+@click.option("--json", "as_json", is_flag=True, help="A JSON list of job objects.")
+@click.option("--all", "include_all", is_flag=True, help="Include Ray jobs not submitted by rayjobs.")
+@ADDRESS
+def list_cmd(sweep: Optional[str], statuses: tuple[str, ...], experiment: Optional[str], as_json: bool,
+             include_all: bool, address: Optional[str]) -> None:
+    """List jobs (oldest first): id, experiment, overrides, status, attempt, GPUs, age, step, score."""
+
+    def go() -> int:
+        from rayjobs import jobs, joblist
+
+        wanted = joblist.parse_statuses(statuses)
+        _, c, dash = _open(address)
+        all_jobs = jobs.list_jobs(c)
+        chosen = joblist.select(all_jobs, sweep=sweep, experiment=experiment, include_all=include_all)
+        if experiment and not chosen:
+            _check_experiment(experiment, all_jobs)
+        rows = joblist.rows(chosen, c, dash)
+        if wanted:
+            rows = [r for r in rows if r["status"] in wanted]
+        if as_json:
+            click.echo(json.dumps(rows, indent=2, default=str))
+        else:
+            _table(rows)
+        return 0
+
+    _exit(run_cli(go))
+
+
+def _check_experiment(name: str, all_jobs: list[Any]) -> None:
+    """No job of ``name``: fine if it is a known experiment, else an error with the closest names."""
+    from rayjobs import joblist
+    from rayjobs.errors import ConfigError, did_you_mean
+
+    names = {joblist.meta(j).get("experiment", "") for j in all_jobs} - {""}
+    try:
+        from rayjobs import compose
+
+        names |= set(compose.experiments())
+    except Exception:
+        pass
+    if name not in names:
+        raise ConfigError(f"unknown experiment {name!r}{did_you_mean(name, names)}")
+
+
+def _table(rows: list[dict[str, Any]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from rayjobs import joblist
+    from rayjobs.progress import STATUS_STYLE, fmt_num
+
+    console = Console(width=None if sys.stdout.isatty() else 200)
+    if not rows:
+        _say("no jobs (submit one with: python -m rayjobs.submit +exp=NAME)")
+        return
+    t = Table(box=None, header_style="bold", pad_edge=False)
+    for col in ("ID", "EXPERIMENT", "OVERRIDES", "STATUS", "ATT", "GPUS", "AGE", "STEP", "SCORE"):
+        t.add_column(col, no_wrap=col in ("ID", "STATUS"), justify="right" if col in ("ATT", "GPUS", "AGE", "STEP", "SCORE") else "left")
+    now = time.time()
+    for r in rows:
+        status = r["status"] + (f" #{r['queue_position']}" if r.get("queue_position") is not None else "")
+        sub = r.get("submitted_at")
+        ts = None
+        if sub:
+            from datetime import datetime
+
+            try:
+                ts = datetime.fromisoformat(sub).timestamp()
+            except ValueError:
+                ts = None
+        step = "" if r.get("step") is None else (f"{r['step']}/{r['total_steps']}" if r.get("total_steps") else str(r["step"]))
+        t.add_row(r["id"], r.get("experiment") or "", r.get("label") or "",
+                  f"[{STATUS_STYLE.get(r['status'], '')}]{status}[/]" if STATUS_STYLE.get(r["status"]) else status,
+                  str(r.get("attempt") or ""), str(r.get("gpus") or ""), joblist.age(ts, now) if ts else "",
+                  step, "" if r.get("score") is None else fmt_num(r["score"]))
+    console.print(t)
+
+
+# --------------------------------------------------------------------------- stop
+@main.command("stop")
+@click.argument("job_ids", nargs=-1)
+@click.option("--sweep", default=None, metavar="S", help="Stop every job of sweep S.")
+@click.option("--wait", "wait_s", type=float, default=90.0, show_default=True, metavar="SECONDS",
+              help="How long to wait for the jobs to end (the trainer gets the head's grace period to checkpoint).")
+@ADDRESS
+def stop_cmd(job_ids: tuple[str, ...], sweep: Optional[str], wait_s: float, address: Optional[str]) -> None:
+    """Stop jobs (idempotent): SIGTERM, a grace period to checkpoint, then Ray's kill.
+
+    Prints "ID STATUS" per job on stdout; exit 0 once all are terminal (1 if some are still running).
+    """
+
+    def go() -> int:
+        from rayjobs import jobs, joblist
+        from rayjobs.errors import ConfigError
+
+        if not job_ids and not sweep:
+            raise ConfigError("name the jobs to stop: rayjobs stop ID... or rayjobs stop --sweep S")
+        _, c, _ = _open(address)
+        all_jobs = jobs.list_jobs(c)
+        ids = [jobs.resolve_id(c, j, all_jobs) for j in job_ids]
+        if sweep:
+            ids += [joblist.field(j, "submission_id") for j in joblist.select(all_jobs, sweep=sweep)]
+        ids = list(dict.fromkeys(ids))
+        status = {joblist.field(j, "submission_id"): joblist.status_of(j) for j in all_jobs}
+        asked = []
+        for i in ids:
+            if status.get(i) in joblist.TERMINAL:
+                _say(f"{i} already {status[i]}")
+                continue
+            jobs.stop(c, i)
+            asked.append(i)
+        if asked:
+            _say(f"asked {len(asked)} job(s) to stop; the trainer gets a grace period to save a checkpoint")
+        deadline = time.monotonic() + max(0.0, wait_s)
+        pending = set(asked)
+        while pending and time.monotonic() < deadline:
+            for i in list(pending):
+                try:
+                    status[i] = str(jobs.info(c, i).status)
+                except Exception:
+                    continue
+                if status[i] in joblist.TERMINAL:
+                    pending.discard(i)
+            if pending:
+                time.sleep(0.5)
+        for i in ids:
+            click.echo(f"{i} {status.get(i, '?')}")
+        late = [i for i in pending if status.get(i) != "PENDING"]
+        for i in pending - set(late):
+            _say(f"{i} has not started yet: Ray stops it as soon as it starts")
+        if late:
+            _say(f"still stopping after {wait_s:.0f} s: {', '.join(sorted(late))} (check again with rayjobs status)")
+            return 1
+        return 0
+
+    _exit(run_cli(go))
+
+
+# --------------------------------------------------------------------------- plot
+@main.command("plot")
+@click.argument("job_ids", nargs=-1)
+@click.option("--sweep", default=None, metavar="S", help="Plot every job of sweep S.")
+@click.option("--metric", "metric_names", multiple=True, metavar="M", help="Metric to plot (repeatable; default critic/score/mean).")
+@click.option("--no-val", is_flag=True, help="Leave out the val-core/* panels.")
+@click.option("-o", "--output", default="curves.png", show_default=True, metavar="FILE.png")
+@click.option("--json", "as_json", is_flag=True, help="Also print the plotted data as JSON on stdout.")
+@ADDRESS
+def plot_cmd(job_ids: tuple[str, ...], sweep: Optional[str], metric_names: tuple[str, ...], no_val: bool,
+             output: str, as_json: bool, address: Optional[str]) -> None:
+    """One PNG: a curve per job over steps (legend: sweep overrides), plus val-core metrics."""
+
+    def go() -> int:
+        from rayjobs import jobs, joblist, plot
+        from rayjobs.errors import ConfigError
+
+        if not job_ids and not sweep:
+            raise ConfigError("name the jobs to plot: rayjobs plot ID... or rayjobs plot --sweep S")
+        if not output.lower().endswith(".png"):
+            raise ConfigError(f"-o {output}: give a .png file name")
+        _, c, dash = _open(address)
+        all_jobs = jobs.list_jobs(c)
+        by_id = {joblist.field(j, "submission_id"): j for j in all_jobs}
+        chosen = [by_id[jobs.resolve_id(c, j, all_jobs)] for j in job_ids]
+        if sweep:
+            chosen += sorted(joblist.select(all_jobs, sweep=sweep), key=joblist.order)
+        chosen = list({joblist.field(j, "submission_id"): j for j in chosen}.values())
+        data = plot.collect(dash, chosen, list(metric_names) or None, val=not no_val)
+        title = f"sweep {sweep}" if sweep else None
+        plot.render(data, output, title=title)
+        if as_json:
+            click.echo(json.dumps(data))
+        else:
+            click.echo(output)
+        _say(f"wrote {output} ({len(chosen)} job(s): {', '.join(data['metrics'])})")
+        return 0
+
+    _exit(run_cli(go))

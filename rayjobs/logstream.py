@@ -1,0 +1,396 @@
+"""Fetch and follow a job's driver log over the dashboard's HTTP log API, exactly once per byte.
+
+Why not Ray's own tail: ``JobSubmissionClient.tail_job_logs`` (the websocket behind
+``ray job logs -f``) polls the file once a second and delivers lines 1.4-1.6 s late, and it ends
+(or raises) when the dashboard restarts. Ray 2.60's state API has a follow mode of its own:
+``GET /api/v0/logs/stream?submission_id=ID&node_id=N&lines=-1&interval=S`` streams the file from
+byte 0 and then re-reads it every ``S`` seconds (``log_agent.StreamLog`` with ``keep_alive``),
+so with ``interval=0.05`` a line arrives in tens of milliseconds, in order, over one HTTP
+connection, with constant memory on both sides.
+
+That API has no byte-offset parameter for job logs (the agent's gRPC has ``start_offset``, the
+HTTP handler does not pass it), so a broken stream is resumed exactly by re-streaming the file
+from byte 0 and discarding the bytes already delivered (:class:`LogFollower`). The end of a
+finished job's log is checked against ``/api/v0/logs/file?lines=K`` (the file's last K lines).
+
+Every request carries the same bearer token as the Jobs SDK and has a connect timeout; every
+loop is bounded in time (``outage_s``) or by the job reaching a terminal state.
+"""
+
+from __future__ import annotations
+
+import queue
+import sys
+import threading
+import time
+from typing import Any, Callable, Iterator, Optional
+
+from rayjobs.errors import ClusterUnreachable, JobNotFound, RayjobsError
+from rayjobs.settings import Target
+
+TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
+LOG_STREAM = "/api/v0/logs/stream"
+LOG_FILE = "/api/v0/logs/file"
+
+
+class DashboardDown(RayjobsError):
+    """The dashboard did not answer (restarting, tunnel down); callers usually retry."""
+
+
+def _short(e: BaseException) -> str:
+    """A few words for an exception (requests' messages run to several hundred characters)."""
+    text = " ".join(str(e).split())
+    low = text.lower()
+    for needle, words in (("refused", "connection refused"), ("reset", "connection reset"),
+                          ("ended prematurely", "connection closed"), ("timed out", "timed out"),
+                          ("name or service", "unknown host"), ("broken pipe", "connection closed")):
+        if needle in low:
+            return words
+    return text[:160] or type(e).__name__
+
+
+class Dashboard:
+    """Plain HTTP to a Ray dashboard with the target's bearer token; every call bounded."""
+
+    def __init__(self, target: Target, timeout: float = 10.0) -> None:
+        import requests
+
+        self.address = target.address
+        self.timeout = timeout
+        self.headers = {"Authorization": f"Bearer {target.token}"} if target.token else {}
+        self._requests = requests
+
+    def get(self, path: str, params: Optional[dict[str, Any]] = None, stream: bool = False,
+            read_timeout: Optional[float] = -1.0) -> Any:
+        """GET ``path``; connection problems raise :class:`DashboardDown`, auth problems a one-line error."""
+        rt = self.timeout if read_timeout == -1.0 else read_timeout
+        try:
+            r = self._requests.get(self.address + path, params=params, headers=self.headers, stream=stream,
+                                   timeout=(5.0, rt))
+        except self._requests.RequestException as e:
+            raise DashboardDown(f"the dashboard at {self.address} did not answer ({_short(e)})") from e
+        if r.status_code in (401, 403):
+            r.close()
+            raise ClusterUnreachable(f"the Ray cluster at {self.address} refused the request (HTTP {r.status_code}: "
+                                     f"auth token missing or wrong): set RAY_AUTH_TOKEN or run `rayjobs connect`")
+        return r
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        """The job's details (``GET /api/jobs/ID``) as a dict."""
+        r = self.get(f"/api/jobs/{job_id}")
+        if r.status_code == 404:
+            raise JobNotFound(f"no job {job_id!r} on the cluster; `rayjobs list` shows the ids")
+        if r.status_code != 200:
+            raise DashboardDown(f"the dashboard answered HTTP {r.status_code} for job {job_id}")
+        try:
+            return r.json()
+        except ValueError as e:
+            raise DashboardDown(f"the dashboard sent a bad answer for job {job_id}") from e
+
+    def log_params(self, job_id: str, node_id: str, lines: int, interval: Optional[float] = None) -> dict[str, Any]:
+        p: dict[str, Any] = {"submission_id": job_id, "node_id": node_id, "lines": lines}
+        if interval is not None:
+            p["interval"] = interval
+        return p
+
+    def iter_log(self, job_id: str, node_id: str, lines: int = -1, max_bytes: Optional[int] = None) -> Iterator[bytes]:
+        """The log's last ``lines`` lines (-1: all of it) as it is now, in chunks (no follow)."""
+        r = self.get(LOG_FILE, self.log_params(job_id, node_id, lines), stream=True, read_timeout=30.0)
+        with r:
+            if r.status_code != 200:
+                raise DashboardDown(f"the log of {job_id} is not readable now (HTTP {r.status_code}: "
+                                    f"{' '.join(r.text.split())[:120]})")
+            got = 0
+            try:
+                for chunk in r.iter_content(chunk_size=1 << 16):
+                    got += len(chunk)
+                    if max_bytes is not None and got > max_bytes:
+                        raise DashboardDown(f"the log tail of {job_id} is larger than {max_bytes} bytes")
+                    yield chunk
+            except self._requests.RequestException as e:
+                raise DashboardDown(f"reading the log of {job_id} broke off ({_short(e)})") from e
+
+    def log_tail(self, job_id: str, node_id: str, lines: int, max_bytes: int = 32 << 20) -> bytes:
+        """The log's last ``lines`` lines, bounded in bytes."""
+        return b"".join(self.iter_log(job_id, node_id, lines, max_bytes=max_bytes))
+
+
+class _Broken:
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+
+class _Reader(threading.Thread):
+    """One follow connection; pushes chunks into a bounded queue (backpressure = flat memory)."""
+
+    def __init__(self, dash: Dashboard, params: dict[str, Any], skip: int, qsize: int = 256) -> None:
+        super().__init__(daemon=True, name="rayjobs-log-reader")
+        self.dash, self.params, self.skip = dash, params, skip
+        self.q: queue.Queue = queue.Queue(maxsize=qsize)
+        self.stopped = threading.Event()
+        self.resp: Any = None
+        self.delivered = 0
+
+    def run(self) -> None:
+        try:
+            # No read timeout: a quiet job sends nothing for hours; a dead dashboard closes the socket.
+            r = self.resp = self.dash.get(LOG_STREAM, self.params, stream=True, read_timeout=None)
+            if self.stopped.is_set():
+                r.close()
+                return
+            if r.status_code != 200:
+                self._put(_Broken(f"HTTP {r.status_code}: {' '.join(r.text.split())[:160]}"))
+                return
+            skip = self.skip
+            for chunk in r.iter_content(chunk_size=None):
+                if self.stopped.is_set():
+                    return
+                if skip:
+                    if len(chunk) <= skip:
+                        skip -= len(chunk)
+                        continue
+                    chunk, skip = chunk[skip:], 0
+                if chunk:
+                    self.delivered += len(chunk)
+                    self._put(chunk)
+            self._put(_Broken("the log stream ended"))
+        except Exception as e:  # connection reset, dashboard gone, auth...
+            if not self.stopped.is_set():
+                self._put(_Broken(_short(e)))
+
+    def _put(self, item: Any) -> None:
+        while not self.stopped.is_set():
+            try:
+                self.q.put(item, timeout=0.2)
+                return
+            except queue.Full:
+                continue
+
+    def close(self) -> None:
+        """Stop: shut the socket down (closing the response from here would block on its read lock)."""
+        self.stopped.set()
+        _shutdown(self.resp)
+
+
+def _shutdown(resp: Any) -> None:
+    import socket
+
+    if resp is None:
+        return
+    for get in (lambda r: r.raw._connection.sock, lambda r: r.raw._fp.fp.raw._sock):
+        try:
+            sock = get(resp)
+        except AttributeError:
+            continue
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            return
+
+
+def _say(msg: str) -> None:
+    print(f"rayjobs: {msg}", file=sys.stderr, flush=True)
+
+
+class _Poller(threading.Thread):
+    """Polls the job's details every ``every`` s, off the data path (a slow poll never delays lines)."""
+
+    def __init__(self, dash: Dashboard, job_id: str, every: float) -> None:
+        super().__init__(daemon=True, name="rayjobs-status-poller")
+        self.dash, self.job_id, self.every = dash, job_id, every
+        self.job: Optional[dict[str, Any]] = None
+        self.error: Optional[RayjobsError] = None  #: a permanent error (auth, job gone)
+        self.down: Optional[DashboardDown] = None
+        self.down_since: Optional[float] = None
+        self.polls = 0
+        self.stopped = threading.Event()
+        self.kick = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                self.job = self.dash.job(self.job_id)
+                self.down = self.down_since = None
+            except DashboardDown as e:
+                self.down = e
+                if self.down_since is None:
+                    self.down_since = time.monotonic()
+            except RayjobsError as e:
+                self.error = e
+            except Exception as e:  # never let the poller die silently
+                self.down = DashboardDown(_short(e))
+                if self.down_since is None:
+                    self.down_since = time.monotonic()
+            self.polls += 1
+            self.kick.wait(self.every)
+            self.kick.clear()
+
+    def close(self) -> None:
+        self.stopped.set()
+        self.kick.set()
+
+
+class LogFollower:
+    """Iterate over a job's log bytes until it is terminal and its log is fully read.
+
+    Yields ``bytes`` (each byte of the file exactly once, in order) and ``None`` heartbeats
+    (about every ``tick`` s) so a caller can refresh a view. ``status``/``job`` hold the latest
+    job details (polled every ``status_every`` s in a thread). A broken stream (dashboard
+    restart, network blip) is reopened and resumed at the exact byte; if the dashboard stays
+    unreachable for ``outage_s`` seconds, :class:`ClusterUnreachable` is raised.
+    """
+
+    def __init__(self, dash: Dashboard, job_id: str, interval: float = 0.05, status_every: float = 0.5,
+                 outage_s: float = 300.0, tick: float = 0.1, say: Callable[[str], None] = _say,
+                 job: Optional[dict[str, Any]] = None) -> None:
+        self.dash, self.job_id, self.interval = dash, job_id, interval
+        self.status_every, self.outage_s, self.tick, self.say = status_every, outage_s, tick, say
+        self.job: dict[str, Any] = job or {}
+        self.seen = 0  #: bytes delivered so far (= the file offset we are at)
+        self.tail = bytearray()  #: the last 64 KiB delivered (to check the end of the file)
+        self.reconnects = 0
+        self.reader: Optional[_Reader] = None
+        self.poller: Optional[_Poller] = None
+
+    @property
+    def status(self) -> str:
+        return str(self.job.get("status", "?"))
+
+    def close(self) -> None:
+        if self.reader:
+            self.reader.close()
+            self.reader = None
+        if self.poller:
+            self.poller.close()
+
+    def _deliver(self, chunk: bytes) -> bytes:
+        self.seen += len(chunk)
+        self.tail += chunk[-65536:]
+        if len(self.tail) > 65536:
+            del self.tail[:-65536]
+        return chunk
+
+    def __iter__(self) -> Iterator[Optional[bytes]]:
+        self.poller = _Poller(self.dash, self.job_id, self.status_every)
+        self.poller.start()
+        try:
+            yield from self._run()
+        finally:
+            self.close()
+
+    def _run(self) -> Iterator[Optional[bytes]]:
+        poller = self.poller
+        assert poller is not None
+        was_down: Optional[float] = None
+        outage_seen = False
+        terminal_at: Optional[float] = None
+        last_data = time.monotonic()
+        failures = 0
+        failing_since = 0.0
+        retry_at = 0.0
+        checks = 0
+        deadline = time.monotonic() + 60.0
+        while not self.job and poller.polls == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)  # the first answer (or failure) of the poller
+        while True:
+            now = time.monotonic()
+            if poller.error is not None:
+                raise poller.error
+            if poller.job is not None:
+                self.job = poller.job
+            down = poller.down_since
+            if down is not None and was_down is None:
+                outage_seen = True
+                self.say(f"{poller.down}; retrying for up to {self.outage_s:.0f} s")
+            elif down is None and was_down is not None:
+                self.say(f"the dashboard answers again after {now - was_down:.1f} s; resuming the log at byte {self.seen}")
+            was_down = down
+            if down is not None and now - down > self.outage_s:
+                raise ClusterUnreachable(
+                    f"lost the dashboard at {self.dash.address} for {self.outage_s:.0f} s while following "
+                    f"{self.job_id} (it may still run): re-attach with `rayjobs tail {self.job_id}`")
+            if self.status in TERMINAL and terminal_at is None:
+                terminal_at = now
+            node = self.job.get("driver_node_id")
+            if outage_seen and down is None and self.reader is not None and now - last_data > 3.0:
+                # The dashboard came back but this connection stayed silent: it may be a dead socket.
+                self.reader.close()
+                self.reader = None
+                outage_seen = False
+            elif down is None and self.reader is None:
+                outage_seen = False
+            if self.reader is None and down is None and now >= retry_at:
+                if node:
+                    params = self.dash.log_params(self.job_id, node, -1, self.interval)
+                    self.reader = _Reader(self.dash, params, skip=self.seen)
+                    self.reader.start()
+                elif terminal_at is not None:
+                    return  # it ended before its driver started: there is no log
+            if self.reader is not None:
+                try:
+                    item = self.reader.q.get(timeout=self.tick)
+                except queue.Empty:
+                    item = None
+                if isinstance(item, bytes):
+                    last_data = time.monotonic()
+                    failures = 0
+                    yield self._deliver(item)
+                    continue
+                if isinstance(item, _Broken):
+                    self.reader.close()
+                    self.reader = None
+                    failures += 1
+                    self.reconnects += 1
+                    now = time.monotonic()
+                    failing_since = failing_since if failures > 1 else now
+                    if now - failing_since > self.outage_s and down is None:
+                        raise ClusterUnreachable(
+                            f"the log of {self.job_id} has not been readable for {self.outage_s:.0f} s ({item.why}); "
+                            f"the job may still run: `rayjobs status {self.job_id}`")
+                    retry_at = now + min(2.0, 0.05 * 2 ** failures)
+                    if (failures == 1 and self.seen) or failures == 4 or failures % 30 == 0:
+                        self.say(f"log stream of {self.job_id} interrupted ({item.why}); reconnecting")
+                    poller.kick.set()
+            else:
+                time.sleep(self.tick)
+            yield None
+            settle = max(0.3, 4 * self.interval)
+            if terminal_at is not None and down is None and time.monotonic() - max(last_data, terminal_at) >= settle:
+                if not node:
+                    return
+                done = yield from self._finish(node, checks)
+                if done:
+                    return
+                checks += 1
+                last_data = time.monotonic()
+
+    def _finish(self, node: str, checks: int) -> Iterator[Optional[bytes]]:
+        """The job is over and the stream is quiet: make sure we have the whole file (generator -> bool)."""
+        k = 200
+        try:
+            if checks >= 3:  # the live stream did not catch up: read the rest directly, exactly
+                self.close()
+                skip = self.seen
+                for chunk in self.dash.iter_log(self.job_id, node, -1):
+                    if skip:
+                        if len(chunk) <= skip:
+                            skip -= len(chunk)
+                            continue
+                        chunk, skip = chunk[skip:], 0
+                    yield self._deliver(chunk)
+                return True
+            w = self.dash.log_tail(self.job_id, node, k)
+        except DashboardDown as e:
+            if checks >= 5:
+                self.say(f"could not confirm the end of {self.job_id}'s log ({e})")
+                return True
+            return False
+        lines = w.count(b"\n") + (1 if w and not w.endswith(b"\n") else 0)
+        if lines < k:  # the whole file
+            if len(w) > self.seen:
+                yield self._deliver(w[self.seen:])
+            return True
+        m = min(len(w), len(self.tail))
+        return m > 0 and w[-m:] == bytes(self.tail[-m:])

@@ -1,0 +1,134 @@
+"""Parsing verl's console lines (as Ray forwards them) and its file-logger JSONL. No cluster."""
+
+import json
+import random
+
+from rayjobs import metrics
+from rayjobs.progress import LiveView, PlainView, status_line
+
+PREFIX = "\x1b[36m(TaskRunner pid=4242)\x1b[0m "
+STEP3 = (PREFIX + "step:3 - actor/pg_loss:np.float64(-0.0123) - critic/score/mean:np.float64(0.53) - "
+         "critic/rewards/mean:0.52 - actor/kl_loss:np.float64(1.5e-05) - response_length/mean:np.float64(241.0) - "
+         "timing_s/step:np.float64(2.5) - training/global_step:3 - training/epoch:0 - perf/throughput:np.float64(nan) - "
+         "val-core/openai/gsm8k/reward/mean@1:np.float64(0.41) - actor/is_ok:True")
+LOG = [
+    "[rayjobs] attempt 2 of run r1 (metrics: /s/runs/p/r1/metrics.2.jsonl)",
+    PREFIX + "Resuming from /ckpt/global_step_2",
+    PREFIX + "Size of train dataloader: 10, Size of val dataloader: 1",
+    PREFIX + "Total training steps: 20",
+    PREFIX + "wandb: 🚀 View run r1 at: https://wandb.ai/rl-team/verl_examples/runs/abc123xy",
+    "\rTraining Progress:  10%|#         | 2/20\rTraining Progress:  15%|#5        | 3/20",
+    STEP3,
+    PREFIX + "Final validation metrics: {'val-core/openai/gsm8k/reward/mean@1': np.float64(0.47), 'val-aux/x': 1}",
+]
+
+
+def test_clean_strips_ansi_and_keeps_the_last_tqdm_redraw():
+    assert metrics.clean(PREFIX + "hello") == "(TaskRunner pid=4242) hello"
+    assert metrics.clean(LOG[5]) == "Training Progress:  15%|#5        | 3/20"
+    assert metrics.clean(PREFIX + "bar 1/5\rbar 2/5\r") == "(TaskRunner pid=4242) bar 2/5"
+    assert metrics.clean("\x1b]8;;http://x\x1b\\link\x1b]8;;\x1b\\ \x1b[1;31mred\x1b[0m") == "link red"
+    block = metrics.clean_block("\n".join(LOG) + "\n")
+    assert "\x1b" not in block and "\r" not in block and block.count("\n") == len(LOG)
+
+
+def test_step_line_numbers_in_every_verl_format():
+    step, data = metrics.parse_step(metrics.body(metrics.clean(STEP3)))
+    assert step == 3
+    assert data["actor/pg_loss"] == -0.0123 and data["critic/score/mean"] == 0.53
+    assert data["critic/rewards/mean"] == 0.52 and data["actor/kl_loss"] == 1.5e-05
+    assert data["training/global_step"] == 3 and data["actor/is_ok"] == 1.0
+    assert data["perf/throughput"] != data["perf/throughput"]  # nan kept as nan
+    assert data["val-core/openai/gsm8k/reward/mean@1"] == 0.41
+    assert metrics.parse_step("no step here") is None
+    assert metrics.number("np.float32(3)") == 3.0 and metrics.number("tensor(0.5)") == 0.5
+    assert metrics.number("abc") is None
+
+
+def test_progress_follows_a_whole_log():
+    p = metrics.parse_lines(LOG)
+    assert (p.step, p.total, p.attempt) == (3, 20, 2)
+    assert p.wandb_url == "https://wandb.ai/rl-team/verl_examples/runs/abc123xy"
+    assert p.resumed_from == "/ckpt/global_step_2"
+    assert p.val == ("val-core/openai/gsm8k/reward/mean@1", 0.47, 3)  # the Final line wins over the step's
+    labels = [label for label, _, _ in metrics.headline(p.last)]
+    assert labels == ["score", "reward", "kl", "resp_len", "s/step"]
+    assert p.eta_s() == 17 * 2.5
+    line = status_line("job-1", "RUNNING", p)
+    assert "step 3/20" in line and "ETA 0:42" in line and "score 0.53" in line and "W&B https://wandb.ai/" in line
+    assert p.summary()["metrics"]["critic/score/mean"] == 0.53
+
+
+def test_queue_lines_from_the_runner():
+    p = metrics.parse_lines(["[rayjobs] QUEUED at position 3: waiting for GPUs", "[rayjobs] QUEUED at position 1: x"])
+    assert p.queued == 1 and status_line("j", "RUNNING", p).startswith("j · QUEUED")
+    p.feed("[rayjobs] admitted after 2.00 s at 1.0: 1 group of 1 GPU")
+    assert p.queued is None and status_line("j", "RUNNING", p).startswith("j · RUNNING")
+
+
+def test_feed_block_skips_blocks_without_markers_and_matches_line_by_line():
+    text = metrics.clean_block("\n".join(LOG) + "\n")
+    a, b = metrics.Progress(), metrics.parse_lines(LOG)
+    assert metrics.feed_block(a, text)
+    assert (a.step, a.total, a.attempt, a.wandb_url, a.val) == (b.step, b.total, b.attempt, b.wandb_url, b.val)
+    assert not metrics.feed_block(metrics.Progress(), "just\nnoise\n")
+
+
+def test_line_splitter_any_chunking_gives_the_same_lines():
+    raw = ("\n".join(LOG) + "\nlast line without newline").encode()
+    for seed in range(20):
+        rnd = random.Random(seed)
+        s, out, i = metrics.LineSplitter(), [], 0
+        while i < len(raw):
+            n = rnd.randint(1, 40)
+            out.append(s.feed_text(raw[i:i + n]))
+            i += n
+        text = "".join(out)
+        assert text.split("\n")[:-1] == LOG
+        assert s.flush() == ["last line without newline"]
+
+
+def test_line_splitter_memory_is_bounded_for_endless_carriage_returns():
+    s = metrics.LineSplitter(cap=1000)
+    for i in range(2000):
+        s.feed_text(f"\rbar {i}/2000".encode())
+        assert len(s.buf) <= 1100
+    assert s.flush()[0].endswith("bar 1999/2000")
+    s = metrics.LineSplitter(cap=100)
+    assert s.feed_text(b"x" * 250) == "x" * 250 + "\n"  # no newline, no \r: flushed as a line
+
+
+def test_jsonl_read_merge_and_last(tmp_path):
+    a1 = tmp_path / "metrics.1.jsonl"
+    a2 = tmp_path / "metrics.2.jsonl"
+    a10 = tmp_path / "metrics.10.jsonl"
+    a1.write_text("".join(json.dumps({"step": s, "data": {"x": s, "tag": "a1"}}) + "\n" for s in (1, 2, 3, 4)) + '{"step": 5, "da')
+    a2.write_text(json.dumps({"step": 2, "data": {"val-core/v": 0.5}}) + "\n"
+                  + "".join(json.dumps({"step": s, "data": {"x": 10 * s}}) + "\n" for s in (3, 4, 5)))
+    a10.write_text("")
+    assert [p.name for p in metrics.jsonl_files(str(tmp_path))] == ["metrics.1.jsonl", "metrics.2.jsonl", "metrics.10.jsonl"]
+    assert list(metrics.read_jsonl(a1))[-1] == (4, {"x": 4.0})  # torn line skipped, strings dropped
+    merged = metrics.merge_attempts(metrics.read_jsonl(p) for p in (a1, a2))
+    assert merged == {1: {"x": 1.0}, 2: {"x": 2.0, "val-core/v": 0.5}, 3: {"x": 30.0}, 4: {"x": 40.0}, 5: {"x": 50.0}}
+    assert metrics.last_jsonl_record(a1) == (4, {"x": 4.0})
+    assert metrics.jsonl_files(str(tmp_path / "absent")) == [] and metrics.jsonl_files(None) == []
+
+
+def test_views_render_without_a_cluster(capsys):
+    import io
+
+    from rich.console import Console
+
+    p = metrics.parse_lines(LOG)
+    with PlainView() as v:
+        v.write(metrics.clean_block("\n".join(LOG) + "\n"))
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "step:3 - " in out
+    view = LiveView("job-1", console=Console(file=io.StringIO(), force_terminal=True, width=120))
+    view.job, view.progress = {"status": "RUNNING", "metadata": {"sweep_overrides": '["algorithm.kl_ctrl.kl_coef=0.01"]'}}, p
+    plain = io.StringIO()
+    Console(file=plain, width=120, color_system=None).print(view.render())
+    shown = plain.getvalue()
+    for want in ("RUNNING", "job-1", "kl_coef=0.01", "attempt 2", "step 3/20", "ETA", "score", "0.53", "kl", "1.5e-05",
+                 "openai/gsm8k/reward/mean@1", "0.47", "https://wandb.ai/rl-team/verl_examples/runs/abc123xy"):
+        assert want in shown, (want, shown)
