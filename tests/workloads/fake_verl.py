@@ -14,7 +14,8 @@ It behaves like verl where rayjobs depends on it:
   every ``trainer.save_freq`` steps and resumes from it (``resume_mode=auto``).
 
 Knobs: ``+fake.steps`` (default 5), ``+fake.step_s`` (0.05), ``+fake.fail_at`` (step to crash at,
-once per run dir), ``+fake.hold_gpus`` (false), ``+fake.hold_s`` (extra seconds holding the PGs).
+once per run dir), ``+fake.hold_gpus`` (false), ``+fake.hold_s`` (extra seconds holding the PGs),
+``+fake.score_offset`` (0.0, added to the score/reward curves so sweep points differ in plots).
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ def main() -> int:
         time.sleep(step_s)
         sys.stdout.write(f"\rTraining Progress: {100 * step // steps}%|{'#' * step}| {step}/{steps}")
         sys.stdout.flush()
-        score = 0.1 + 0.8 * step / steps
+        score = 0.1 + 0.8 * step / steps + float(args.get("fake.score_offset", 0))
         data = {"actor/pg_loss": -0.01 * step, "critic/score/mean": score, "critic/rewards/mean": score - 0.01,
                 "actor/ppo_kl": 0.001 * step, "response_length/mean": 100.0 + step, "timing_s/step": step_s,
                 "training/global_step": step, "training/epoch": 0}
