@@ -108,6 +108,7 @@ def main() -> int:
             say(f"local_global_step_folder: {os.path.join(ckpt_dir, f'global_step_{step}')}")
         if fail_at and step == fail_at:
             marker = os.path.join(ckpt_dir or ".", ".failed_once")
+            os.makedirs(ckpt_dir or ".", exist_ok=True)
             if not os.path.exists(marker):
                 open(marker, "w").close()
                 raise RuntimeError(f"fake crash at step {step}")
