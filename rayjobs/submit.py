@@ -112,6 +112,9 @@ def send(prepared: Sequence[Prepared], address: Optional[str] = None) -> list[st
     if target.embedded:
         target = embedded.ensure()
     client = jobs.client(target)
+    from rayjobs import preflight  # issue 6: checks that need the live cluster (versions, per-node fit)
+
+    preflight.check_cluster(client, prepared, target)
     runtime_env = jobs.upload_working_dir(client, dict(prepared[0].spec.runtime_env))
 
     def one(p: Prepared) -> str:

@@ -1,0 +1,269 @@
+"""Preflight: a catalogue of bad configs, each refused in one line with exit 2 and nothing submitted.
+
+Every case runs ``python -m rayjobs.submit`` as a user would, against the session's real embedded
+head, with real verl 0.9.1 validation (its warm helper process) where verl is installed. The data
+lives in a private storage root (``rayjobs.storage=...``) made here: tiny parquet files with the
+columns verl reads, and a tiny local HF model (config.json + tokenizer, no weights).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from conftest import job_list, rayjobs_submit
+
+from rayjobs import compose, preflight, preflight_verl
+
+HAVE_VERL = not preflight_verl.missing_modules()
+LINE = re.compile(r"^error: \S+.*: .+; fix: .+$")
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A storage root with GSM8K/MATH-shaped parquet files, odd data files and local model dirs."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    root = tmp_path_factory.mktemp("pfstore")
+    for name, source in (("gsm8k", "openai/gsm8k"), ("math", "DigitalLearningGmbH/MATH-lighteval"), ("odd", "my_private_set")):
+        d = root / "data" / name
+        d.mkdir(parents=True)
+        for split in ("train", "test"):
+            pq.write_table(pa.table({"data_source": [source] * 4, "prompt": [[{"role": "user", "content": "1+1?"}]] * 4,
+                                     "reward_model": [{"style": "rule", "ground_truth": "2"}] * 4}), d / f"{split}.parquet")
+    pq.write_table(pa.table({"prompt": ["x"]}), root / "data" / "no_source.parquet")
+    (root / "models" / "empty").mkdir(parents=True)
+    if HAVE_VERL:
+        subprocess.run([sys.executable, "-c", "import sys; from pathlib import Path; from rayjobs.preflight_verl import stub_model;"
+                        "print(stub_model(Path(sys.argv[1])))", str(root / "models")], check=True, capture_output=True, timeout=120)
+        two = root / "models" / "two-arch"
+        two.mkdir()
+        cfg = json.loads((root / "models" / "stub-model" / "config.json").read_text())
+        cfg["architectures"] = ["Qwen2ForCausalLM", "Qwen2ForTokenClassification"]
+        (two / "config.json").write_text(json.dumps(cfg))
+        for f in (root / "models" / "stub-model").iterdir():
+            if f.name != "config.json":
+                (two / f.name).write_bytes(f.read_bytes())
+    return root
+
+
+def base(store: Path, exp: str = "ppo_gsm8k_qwen05b") -> list[str]:
+    return [f"+exp={exp}", f"rayjobs.storage={store}", "trainer.logger=[console]"]
+
+
+def refused(client, workdir, *args: str, env: dict | None = None) -> list[str]:
+    """Submit for real; assert exit 2, one-line errors, nothing submitted. Returns the error lines."""
+    before = job_list(client)
+    r = rayjobs_submit(*args, cwd=workdir, env=env)
+    assert r.returncode == 2, f"rc={r.returncode}\n{r.stderr}\n{r.stdout}"
+    assert r.stdout.strip() == "", r.stdout
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error: ")]
+    assert errors and all(LINE.match(ln) for ln in errors), r.stderr
+    assert job_list(client) == before, "something was submitted"
+    return errors
+
+
+# (id, overrides on top of base(), a regex one error line must match)
+CATALOGUE = [
+    ("rollout_hf", ["actor_rollout_ref.rollout.name=hf"],
+     r"actor_rollout_ref\.rollout\.name='hf': is not a rollout backend of verl 0\.9\.1 \(the hf rollout was removed in verl 0\.6\).*fix: use one of sglang, trtllm, vllm"),
+    ("rollout_typo", ["actor_rollout_ref.rollout.name=vlm"], r"rollout\.name='vlm': .*did you mean vllm\?"),
+    ("rollout_sync", ["actor_rollout_ref.rollout.mode=sync"], r"rollout\.mode='sync': sync rollout was removed.*mode=async"),
+    ("estimator_typo", ["algorithm.adv_estimator=grp0"], r"algorithm\.adv_estimator='grp0': is not an advantage estimator .*did you mean grpo\?"),
+    ("gae_without_critic", ["critic.model.path=null"], r"critic\.model\.path=None: GAE needs a critic, and the critic has no model"),
+    ("gae_placeholder_critic", ["critic.model.path='~/models/deepseek-llm-7b-chat'"], r"verl's placeholder default"),
+    ("batch_not_divisible", ["trainer.nnodes=1", "trainer.n_gpus_per_node=8", "data.train_batch_size=30", "actor_rollout_ref.actor.ppo_mini_batch_size=8"],
+     r"data\.train_batch_size=30: train_batch_size x rollout\.n = 30 x 1 = 30 is not divisible by the GPU count .* = 8; fix: use a multiple of 8 \(e\.g\. data\.train_batch_size=24 or 32\)"),
+    ("grpo_n_makes_it_divisible_but_mini_not", ["+exp=grpo_7b", "trainer.nnodes=1", "trainer.n_gpus_per_node=8", "data.train_batch_size=64",
+                                                 "actor_rollout_ref.rollout.n=1", "actor_rollout_ref.actor.ppo_mini_batch_size=12"],
+     r"actor_rollout_ref\.actor\.ppo_mini_batch_size=12: ppo_mini_batch_size x rollout\.n = 12 x 1 = 12 is not divisible by the data-parallel size 8"),
+    ("mini_larger_than_batch", ["data.train_batch_size=32"], r"actor_rollout_ref\.actor\.ppo_mini_batch_size=64: is larger than data\.train_batch_size=32"),
+    ("micro_both_set", ["actor_rollout_ref.actor.ppo_micro_batch_size=8"],
+     r"actor_rollout_ref\.actor\.ppo_micro_batch_size=8: is set together with ppo_micro_batch_size_per_gpu=4"),
+    ("rollout_logprob_micro_unset", ["actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=null"],
+     r"actor_rollout_ref\.rollout\.log_prob_micro_batch_size_per_gpu=None: neither log_prob_micro_batch_size nor"),
+    ("ref_micro_unset_with_kl_loss", ["actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=null"],
+     r"actor_rollout_ref\.ref\.log_prob_micro_batch_size_per_gpu=None: neither"),
+    ("tp_does_not_tile", ["actor_rollout_ref.rollout.tensor_model_parallel_size=3"],
+     r"tensor_model_parallel_size=3: rollout replicas of 3 GPUs do not tile the job's 2 GPUs"),
+    ("zero_nodes", ["trainer.nnodes=0"], r"trainer\.nnodes=0: must be an integer >= 1"),
+    ("ray_init_num_cpus", ["ray_kwargs.ray_init.num_cpus=8"], r"ray_kwargs\.ray_init\.num_cpus=8: a Ray job connects to the running cluster"),
+    ("logger_typo", ["trainer.logger=[console,wandbb]"], r"trainer\.logger=\[\"console\", \"wandbb\"\]: 'wandbb' is not a logger backend.*did you mean wandb\?"),
+    ("data_home_path", ["data.train_files='~/data/gsm8k/train.parquet'"], r"data\.train_files='~/data/gsm8k/train\.parquet': data files must be absolute"),
+    ("data_missing", ["data.val_files=/nonexistent/test.parquet"], r"data\.val_files='/nonexistent/test\.parquet': no such file on the cluster's storage"),
+    ("model_relative", ["actor_rollout_ref.model.path=./models/qwen"], r"actor_rollout_ref\.model\.path='\./models/qwen': a model must be a hub id"),
+    ("model_dir_missing", ["actor_rollout_ref.model.path=/nonexistent/qwen"], r"model\.path='/nonexistent/qwen': no such model directory"),
+    ("model_dir_not_hf", ["actor_rollout_ref.model.path=${rayjobs.storage}/models/empty"], r"the directory has no config\.json"),
+    ("unknown_data_source", ["data.train_files=${rayjobs.storage}/data/odd/train.parquet"],
+     r"data\.train_files='.*/odd/train\.parquet': rows have data_source='my_private_set', for which verl 0\.9\.1's default_compute_score has no reward function"),
+    ("no_data_source_column", ["data.val_files=${rayjobs.storage}/data/no_source.parquet"], r"data\.reward_fn_key='data_source': .* has no 'data_source' column"),
+    ("custom_reward_missing", ["reward.custom_reward_function.path=rewards/mine.py"],
+     r"reward\.custom_reward_function\.path='rewards/mine\.py': no such file in the job's working_dir"),
+    ("custom_reward_wrong_name", ["reward.custom_reward_function.path=workloads/fake_verl.py", "reward.custom_reward_function.name=my_score"],
+     r"reward\.custom_reward_function\.name='my_score': workloads/fake_verl\.py defines no function 'my_score'"),
+]
+VERL_ONLY = [  # rayjobs' own rules pass these; verl 0.9.1's own validation refuses them
+    ("verl_loss_agg_mode", ["actor_rollout_ref.actor.loss_agg_mode=bogus"], r"verl 0\.9\.1 validate_config rejected it: .*Invalid loss_agg_mode: bogus"),
+    ("verl_greedy_val_sampling", ["actor_rollout_ref.rollout.val_kwargs.do_sample=true", "actor_rollout_ref.rollout.temperature=0"],
+     r"validate_config rejected it: AssertionError: validation gen temperature should be greater than 0"),
+    ("verl_rollout_ep", ["actor_rollout_ref.rollout.expert_parallel_size=2"],
+     r"actor_rollout_ref\.rollout: verl 0\.9\.1 RolloutConfig .*expert_parallel_size must be equal to"),
+    ("verl_critic_two_architectures", ["critic.model.path=${rayjobs.storage}/models/two-arch"], r"critic\.model: verl 0\.9\.1 validate_config rejected it: .*"),
+]
+
+
+@pytest.mark.parametrize("case,overrides,pattern", CATALOGUE, ids=[c[0] for c in CATALOGUE])
+def test_bad_config_is_refused_in_one_line(cluster, client, workdir, store, case, overrides, pattern):
+    args = base(store, "grpo_7b") + overrides[1:] if overrides[0] == "+exp=grpo_7b" else base(store) + overrides
+    errors = refused(client, workdir, *args)
+    assert any(re.search(pattern, ln) for ln in errors), "\n".join(errors)
+
+
+@pytest.mark.skipif(not HAVE_VERL, reason="verl's validation needs torch, tensordict, transformers, datasets")
+@pytest.mark.parametrize("case,overrides,pattern", VERL_ONLY, ids=[c[0] for c in VERL_ONLY])
+def test_verl_own_validation_refuses(cluster, client, workdir, store, case, overrides, pattern):
+    errors = refused(client, workdir, *base(store), *overrides)
+    assert any(re.search(pattern, ln) for ln in errors), "\n".join(errors)
+
+
+def test_wandb_needs_its_key_on_the_cluster(cluster, client, workdir, store):
+    # The session's head was started without WANDB_API_KEY: submitting with wandb is refused.
+    errors = refused(client, workdir, "+exp=fake_ppo", f"rayjobs.storage={store}", "rayjobs.entrypoint=python3 -m verl.trainer.main_ppo",
+                     "data.train_files=${rayjobs.storage}/data/gsm8k/train.parquet", "data.val_files=${rayjobs.storage}/data/gsm8k/test.parquet",
+                     "trainer.logger=[console,wandb]")
+    assert any("trainer.logger=[\"console\", \"wandb\"]: wandb needs WANDB_API_KEY in the cluster's environment" in ln for ln in errors), errors
+
+
+def test_sweep_with_one_bad_point_submits_nothing(cluster, client, workdir, store):
+    errors = refused(client, workdir, "-m", *base(store), "trainer.n_gpus_per_node=4", "trainer.nnodes=1",
+                     "actor_rollout_ref.actor.ppo_mini_batch_size=8", "data.train_batch_size=64,30")
+    assert any(re.search(r"^error: sweep point 1 \(data\.train_batch_size=30\): data\.train_batch_size=30: .* not divisible", ln) for ln in errors), errors
+
+
+def test_both_presets_pass(workdir, store, monkeypatch):
+    """The shipped presets, unchanged, pass every client-side check (their data present, W&B key on the cluster)."""
+    from rayjobs import submit
+
+    monkeypatch.setattr(preflight, "cluster_env_names", lambda embedded: {"WANDB_API_KEY"})
+    for exp in ("ppo_gsm8k_qwen05b", "grpo_7b"):
+        prepared = submit.prepare([compose.compose([f"+exp={exp}", f"rayjobs.storage={store}"])])
+        assert preflight.last_timing["points"] == 1
+        if HAVE_VERL:
+            assert preflight.last_timing["verl_s"] > 0  # verl's own validation ran on it
+        cfg = prepared[0].composed.cfg
+        assert not preflight.config_problems(cfg) and not preflight._secrets(cfg, {"WANDB_API_KEY"})
+
+
+def test_local_critic_model_dir_passes(workdir, store):
+    """PPO validation loads the critic's HF config: a tiny local model dir (no weights) is enough."""
+    if not HAVE_VERL:
+        pytest.skip("verl not importable here")
+    r = rayjobs_submit(*base(store), "critic.model.path=${rayjobs.storage}/models/stub-model", "rayjobs.dry_run=true", cwd=workdir)
+    assert r.returncode == 0, r.stderr
+
+
+def test_preflight_false_skips_with_a_warning(cluster, client, workdir):
+    r = rayjobs_submit("+exp=fake_ppo", "actor_rollout_ref.rollout.name=hf", "rayjobs.preflight=false", cwd=workdir)
+    assert r.returncode == 0, r.stderr
+    assert "warning: rayjobs.preflight=false, the config was not checked" in r.stderr
+    assert r.stdout.strip() in job_list(client)
+
+
+def test_without_verl_a_weaker_check_says_so_once(workdir, store):
+    env = {preflight_verl.MODE_ENV: "off"}
+    ok = rayjobs_submit(*base(store), "actor_rollout_ref.actor.loss_agg_mode=bogus", "rayjobs.dry_run=true", cwd=workdir, env=env)
+    assert ok.returncode == 0, ok.stderr  # only verl itself knows loss_agg_mode
+    assert ok.stderr.count("verl's own validation did not run") == 1
+    bad = rayjobs_submit(*base(store), "data.train_batch_size=33", "rayjobs.dry_run=true", cwd=workdir, env=env)
+    assert bad.returncode == 2 and "is not divisible by the GPU count" in bad.stderr  # rayjobs' own rules still apply
+
+
+def test_remote_cluster_record_secrets_and_paths(workdir, store, tmp_path):
+    """A remote cluster: its files are not visible here (noted, not failed)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "cluster.json").write_text(json.dumps({"name": "c1", "address": "http://127.0.0.1:9", "secrets": [], "verl": "0.9.1"}))
+    env = {"RAYJOBS_HOME": str(home), preflight_verl.MODE_ENV: "off"}
+    r = rayjobs_submit(*base(store), "data.val_files=/only/on/cluster.parquet", "rayjobs.dry_run=true", cwd=workdir, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "remote cluster: data files and model dirs on its storage are not visible from here" in r.stderr
+
+
+# --------------------------------------------------------------------------- live-cluster checks (stub dashboard)
+class StubClient:
+    def __init__(self, ray_version: str, nodes: list[tuple[float, float, float, float]]):
+        self.ray_version = ray_version
+        self.nodes = nodes  # (gpu used, gpu total, cpu used, cpu total)
+
+    def _do_request(self, method: str, path: str):
+        if path.startswith("/api/version"):
+            data = {"ray_version": self.ray_version}
+        else:
+            usage = {f"n{i}": {"GPU": [gu, gt], "CPU": [cu, ct]} for i, (gu, gt, cu, ct) in enumerate(self.nodes)}
+            data = {"data": {"clusterStatus": {"loadMetricsReport": {"usageByNode": usage}}}}
+        return SimpleNamespace(status_code=200, json=lambda: data)
+
+
+def _prepared(*overrides: str):
+    from rayjobs import submit
+
+    c = compose.compose(["+exp=fake_ppo", "rayjobs.preflight=true", *overrides])
+    return [submit.Prepared(c, submit.build_spec(c, submit.Context(now=submit.datetime.now().astimezone(), suffix="beef",
+                                                                     working_dir=os.getcwd())))]
+
+
+def test_cluster_fit_impossible_vs_queue_wait(workdir, capsys):
+    target = SimpleNamespace(embedded=False, source="embedded")
+    two_nodes = [(0, 2, 0, 8), (2, 2, 6, 8)]  # one node busy
+    # 1 x 2 GPUs fits an idle node: fine; 1 x 4 never fits a 2-GPU node.
+    preflight.check_cluster(StubClient("2.60.0", two_nodes), _prepared("trainer.n_gpus_per_node=2"), target)
+    with pytest.raises(preflight.ConfigError, match=r"trainer\.nnodes x trainer\.n_gpus_per_node=.1 x 4.: can never run on this cluster: it needs"):
+        preflight.check_cluster(StubClient("2.60.0", two_nodes), _prepared("trainer.n_gpus_per_node=4"), target)
+    # 2 x 2 fits the cluster, but not while one node is busy: a queue wait, not an error.
+    preflight.check_cluster(StubClient("2.60.0", two_nodes), _prepared("trainer.n_gpus_per_node=2", "trainer.nnodes=2"), target)
+    assert "do not fit the free capacity now and wait in the queue" in capsys.readouterr().err
+    # CPUs count too: 2 GPUs need 6 CPUs on the same node.
+    with pytest.raises(preflight.ConfigError, match="can never run on this cluster"):
+        preflight.check_cluster(StubClient("2.60.0", [(0, 2, 0, 4)]), _prepared("trainer.n_gpus_per_node=2"), target)
+
+
+def test_cluster_ray_version_mismatch(workdir):
+    target = SimpleNamespace(embedded=False, source="embedded")
+    with pytest.raises(preflight.ConfigError, match=r"^ray='1\.13\.0': the cluster runs Ray 1\.13\.0, this client Ray .*; fix: pip install"):
+        preflight.check_cluster(StubClient("1.13.0", [(0, 2, 0, 8)]), _prepared(), target)
+
+
+def test_cluster_verl_version_mismatch(workdir, monkeypatch):
+    from rayjobs import settings
+
+    monkeypatch.setattr(settings, "remembered_cluster", lambda: {"verl": "0.8.0", "secrets": ["WANDB_API_KEY"]})
+    target = SimpleNamespace(embedded=False, source="cluster c1")
+    with pytest.raises(preflight.ConfigError, match=r"verl='0\.8\.0': the cluster runs verl 0\.8\.0 but the config was composed .* against verl 0\.9\.1"):
+        preflight.check_cluster(StubClient("2.60.0", [(0, 2, 0, 8)]), _prepared(), target)
+
+
+def test_fits_is_per_node():
+    assert preflight.fits([2, 2], [{"GPU": 2, "CPU": 6}, {"GPU": 2, "CPU": 6}])
+    assert not preflight.fits([2], [{"GPU": 1, "CPU": 6}, {"GPU": 1, "CPU": 6}])  # fragmented
+    assert preflight.fits([1, 1], [{"GPU": 2, "CPU": 6}])  # node-groups may share a node
+
+
+@pytest.mark.skipif(not HAVE_VERL, reason="verl not importable here")
+def test_cluster_side_check_of_a_jobs_overrides(store):
+    """What the runner can run on the head: verl's validation + file checks, from the job's verl overrides."""
+    r = subprocess.run([sys.executable, "-m", "rayjobs.preflight_verl", "check", "--", "algorithm.adv_estimator=grpo",
+                        "actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+                        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2", "actor_rollout_ref.actor.ppo_mini_batch_size=16",
+                        "data.train_batch_size=64", "actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B-Instruct",
+                        "actor_rollout_ref.actor.loss_agg_mode=bogus", f"data.train_files={store}/data/missing.parquet",
+                        f"data.val_files={store}/data/gsm8k/test.parquet", "trainer.logger=[console]"],
+                       capture_output=True, text=True, timeout=240, env=dict(os.environ, HF_HUB_OFFLINE="1"))
+    assert r.returncode == 2, r.stderr
+    assert "Invalid loss_agg_mode: bogus" in r.stderr and "missing.parquet': no such file" in r.stderr
