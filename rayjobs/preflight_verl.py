@@ -396,8 +396,11 @@ def check_overrides(overrides: list[str]) -> list[str]:
         cfg = compose(config_name="ppo_trainer", overrides=list(overrides))
     OmegaConf.resolve(cfg)
     plain = OmegaConf.to_container(cfg, resolve=True)
-    lines = [preflight.Problem(p["key"], None, p["rule"], preflight.VERL_FIX).line()
-             for p in Validator(state_dir())(plain)]
+    results, why = validate([plain])  # the warm helper, shared by the jobs of this node
+    if results is None:
+        print(f"[rayjobs] preflight: verl's own validation did not run ({why})", file=sys.stderr)
+    lines = [preflight.Problem(p["key"], preflight._UNSET, p["rule"], preflight.VERL_FIX).line()
+             for p in (results or [[]])[0]]
     lines += [p.line() for p in preflight.runtime_problems(cfg, env_names=set(os.environ), working_dir=os.getcwd())]
     return lines
 
