@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# On the GPU machine, repo root as cwd, as the last call of the chain (docs/gpu-e2e.md):
+#   bash scripts/gpu/device_run.sh [MODE] [extra rayjobs/verl overrides...]
+# MODE: both (default: rayjobs submit, then the same verl command through plain `ray job submit`),
+#       rayjobs, plain, setup (install + model/data + head only).
+# Unpacks the bundle, makes the tiny model and data, starts rayjobs' embedded Ray head on
+# 127.0.0.1 (token auth) with the environment of scripts/gpu/env.sh, then runs the tiny GRPO run.
+# Everything it learns lands in $OUT (at most 8 files come back): chain.log is written by the
+# caller (`... 2>&1 | tee $OUT/chain.log`), summary.txt, rayjobs.log, plain.log, logs.tgz.
+# Time-boxed: the whole script stays under $LIMIT seconds (default 560; a device call may run 600).
+set -uo pipefail
+T0=$(date +%s)
+LIMIT=${LIMIT:-540}
+MODE=${1:-both}; shift || true
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+W=/root/work; mkdir -p $W
+left() { echo $(( LIMIT - ($(date +%s) - T0) )); }
+mark() { echo "### [t=$(( $(date +%s) - T0 ))s] $*"; }
+
+mark "unpack"
+bash scripts/gpu/unpack.sh install || { echo "unpack failed"; exit 1; }
+source scripts/gpu/env.sh
+STORAGE=$RAYJOBS_HOME/storage
+mark "versions"
+python3 - <<'PY'
+import importlib.metadata as m, sys
+print(sys.executable, sys.version.split()[0])
+for p in ("torch", "ray", "vllm", "verl", "transformers", "tokenizers", "hydra-core", "omegaconf", "transferqueue", "tensordict"):
+    try: print(f"  {p} {m.version(p)}")
+    except Exception as e: print(f"  {p} MISSING {e}")
+PY
+nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
+
+mark "model + data"
+[ -f $STORAGE/models/tiny-qwen2/config.json ] || python3 scripts/gpu/make_tiny.py $STORAGE 2>&1 | grep -v Writing
+
+mark "embedded head"
+python3 -m rayjobs.cli local start
+REC=$RAYJOBS_HOME/local/head.json
+DASH=$(python3 -c "import json; print(json.load(open('$REC'))['dashboard'])")
+GCS=$(python3 -c "import json; print(json.load(open('$REC'))['gcs'])")
+export RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH=$RAYJOBS_HOME/local/auth_token   # for the plain `ray` CLI only
+curl -s -m 5 -H "Authorization: Bearer $(cat $RAY_AUTH_TOKEN_PATH)" $DASH/api/version; echo
+for _ in $(seq 1 30); do   # a fresh head answers before its job agent is up ("No available agent to submit job")
+  RAY_ADDRESS=$DASH ray job list >/dev/null 2>&1 && curl -s -m 3 -H "Authorization: Bearer $(cat $RAY_AUTH_TOKEN_PATH)" \
+    $DASH/api/v0/nodes 2>/dev/null | grep -q '"ALIVE"' && break; sleep 1
+done
+mark "head ready"
+[ "$MODE" = setup ] && exit 0
+
+ATTN='+actor_rollout_ref.model.override_config.attn_implementation=sdpa'
+collect() {   # logs of the Ray session, metrics files, checkpoints listing
+  local s=$RAYJOBS_HOME/local/ray/session_latest
+  {
+    echo "--- ps"; ps -eo pid,etimes,rss,args --sort=-rss | cut -c1-220 | head -40
+    echo "--- nvidia-smi"; nvidia-smi
+    echo "--- checkpoints"; find $STORAGE/checkpoints -maxdepth 4 | head -60
+    echo "--- runs (rayjobs metrics files)"; find $STORAGE/runs -type f -exec ls -la {} \; 2>/dev/null
+    echo "--- other verl jsonl"; find $s/runtime_resources /root -name '*.jsonl' -newer $REC 2>/dev/null | grep -v "^$STORAGE/runs" | head
+  } > $W/collect.txt 2>&1
+  tar -czf $OUT/logs.tgz -C $W collect.txt -C $s logs --exclude='logs/events' 2>/dev/null
+  if [ $(stat -c %s $OUT/logs.tgz) -gt 15000000 ]; then
+    tar -czf $OUT/logs.tgz -C $W collect.txt -C $s --exclude='python-core-*' --exclude='logs/events' logs
+  fi
+  cp $W/collect.txt $OUT/collect.txt
+}
+stop_job() { RAY_ADDRESS=$DASH timeout 70 ray job stop "$1" >/dev/null 2>&1; }
+gpu_free() {  # the previous job's actors exit with its driver; give Ray a moment to return the GPU
+  sleep 10   # (`ray status` is not used: against the token-auth head it timed out in a local dry run)
+}
+
+if [ "$MODE" = both ] || [ "$MODE" = rayjobs ]; then
+  TA=$(( $(left) - 40 ))                                   # alone: all the time there is
+  if [ "$MODE" = both ]; then TA=$(( $(left) - 170 )); [ $TA -gt 330 ] && TA=330; fi   # leave >=130 s for plain
+  mark "rayjobs submit (follow), timeout ${TA}s"
+  ta=$(date +%s.%N)
+  timeout $TA python3 -m rayjobs.submit +exp=gpu_tiny_grpo "$ATTN" rayjobs.follow=true "$@" 2>&1 \
+    | python3 -u scripts/gpu/summarize.py --stamp > $OUT/rayjobs.log
+  rc=${PIPESTATUS[0]}
+  if [ $rc = 2 ] && ! grep -q "submitted; follow" $OUT/rayjobs.log; then   # refused on the client: say so, retry unchecked
+    echo "rayjobs refused the submission (exit 2):"; grep -E "error|rayjobs:" $OUT/rayjobs.log | head -20
+    mv $OUT/rayjobs.log $W/rayjobs-refused.log
+    mark "rayjobs submit again with rayjobs.preflight=false"
+    timeout $(( TA - 30 )) python3 -m rayjobs.submit +exp=gpu_tiny_grpo "$ATTN" rayjobs.follow=true rayjobs.preflight=false "$@" 2>&1 \
+      | python3 -u scripts/gpu/summarize.py --stamp > $OUT/rayjobs.log
+    rc=${PIPESTATUS[0]}
+  fi
+  tb=$(date +%s.%N)
+  JOB=$(python3 -c "import json; print(json.loads(open('$RAYJOBS_HOME/ledger.jsonl').read().splitlines()[-1])['id'])" 2>/dev/null)
+  echo "rayjobs run: job $JOB exit $rc wall $(python3 -c "print(round($tb-$ta,1))") s" | tee -a $W/summary.txt
+  [ $rc = 124 ] && { echo "timed out: stopping $JOB"; stop_job $JOB; }
+  tail -25 $OUT/rayjobs.log
+  gpu_free
+fi
+
+if [ "$MODE" = both ] || [ "$MODE" = plain ]; then
+  # The same verl command line rayjobs built (its dry run), without the runner prefix and
+  # under its own run name / checkpoint dir, through Ray's own CLI.
+  EP=$(python3 -m rayjobs.submit +exp=gpu_tiny_grpo "$ATTN" rayjobs.dry_run=true rayjobs.preflight=false "$@" 2>/dev/null \
+       | python3 -c "import json,sys,time; d=json.load(sys.stdin)['submit_job']; \
+print(d['entrypoint'].split(' -- ',1)[1].replace(d['metadata']['run'], 'plain-'+time.strftime('%Y%m%d-%H%M%S')))")
+  [ -n "$EP" ] || { echo "could not build the verl command (dry run failed)"; exit 1; }
+  TB=$(( $(left) - 35 ))
+  mark "plain ray job submit, timeout ${TB}s"
+  echo "$EP" > $W/plain_entrypoint.txt
+  ta=$(date +%s.%N)
+  set -f; eval "ARGS=($EP)"   # shell words, so that Ray's shlex.join rebuilds the same command line
+  RAY_ADDRESS=$DASH timeout $TB ray job submit --working-dir . --submission-id plain-$(date +%H%M%S) -- "${ARGS[@]}" 2>&1 \
+    | python3 -u scripts/gpu/summarize.py --stamp > $OUT/plain.log
+  rc=${PIPESTATUS[0]}; set +f
+  tb=$(date +%s.%N)
+  echo "plain run: exit $rc wall $(python3 -c "print(round($tb-$ta,1))") s" | tee -a $W/summary.txt
+  [ $rc = 124 ] && { PJ=$(grep -o "raysubmit_[A-Za-z0-9]*\|plain-[0-9]*" $OUT/plain.log | head -1); stop_job $PJ; }
+  tail -25 $OUT/plain.log
+fi
+
+mark "summary"
+python3 scripts/gpu/summarize.py rayjobs=$OUT/rayjobs.log plain=$OUT/plain.log >> $W/summary.txt
+cp $W/summary.txt $OUT/summary.txt; cat $OUT/summary.txt
+collect
+mark "done"
