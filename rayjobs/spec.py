@@ -141,9 +141,15 @@ def verl_overrides(c: Composed, forced: Mapping[str, Any]) -> list[str]:
     """
     from omegaconf import OmegaConf
 
+    from rayjobs.compose import verl_schema
+
+    schema = verl_schema()
     out: dict[str, str] = {}
     for key in c.preset:
-        out[key] = f"{key}={format_value(_value(c.cfg, key))}"
+        # A preset may add keys verl's defaults lack (e.g. inside `override_config: {}`); on
+        # verl's command line those need `++` (add or override), or verl's struct mode refuses them.
+        add = "++" if schema and key not in schema else ""
+        out[key] = f"{add}{key}={format_value(_value(c.cfg, key))}"
     for ov in c.overrides:
         if is_own(ov):
             continue

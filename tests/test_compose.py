@@ -168,3 +168,21 @@ def test_user_presets_win(fixed_env, tmp_path):
     (tmp_path / "conf" / "exp" / "grpo_7b.yaml").write_text("# @package _global_\ntrainer:\n  total_epochs: 7\n")
     c = compose.compose(["+exp=grpo_7b"])
     assert c.cfg.trainer.total_epochs == 7 and c.preset == {"trainer.total_epochs": 7}
+
+
+def test_preset_keys_verl_lacks_are_added_with_plus_plus(fixed_env, tmp_path):
+    (tmp_path / "conf" / "exp").mkdir(parents=True)
+    (tmp_path / "conf" / "exp" / "sdpa.yaml").write_text(
+        "# @package _global_\ndefaults:\n  - grpo_7b\nactor_rollout_ref:\n  model:\n    override_config:\n"
+        "      attn_implementation: sdpa\n")
+    args = args_of(build_spec(compose.compose(["+exp=sdpa"]), CTX))
+    assert "++actor_rollout_ref.model.override_config.attn_implementation=sdpa" in args
+    assert "actor_rollout_ref.rollout.name=vllm" in args  # keys verl has stay plain
+    # and verl's own Hydra accepts the line (its struct mode would refuse a bare new key)
+    from hydra import compose as hcompose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(compose.verl_config_dir()), version_base=None):
+        cfg = hcompose(config_name="ppo_trainer", overrides=[a for a in args if a.startswith(("++", "actor_rollout_ref.rollout"))])
+    assert cfg.actor_rollout_ref.model.override_config.attn_implementation == "sdpa"
