@@ -48,7 +48,7 @@ done
 mark "head ready"
 [ "$MODE" = setup ] && exit 0
 
-ATTN='+actor_rollout_ref.model.override_config.attn_implementation=sdpa'
+
 collect() {   # logs of the Ray session, metrics files, checkpoints listing
   local s=$RAYJOBS_HOME/local/ray/session_latest
   {
@@ -74,14 +74,14 @@ if [ "$MODE" = both ] || [ "$MODE" = rayjobs ]; then
   if [ "$MODE" = both ]; then TA=$(( $(left) - 170 )); [ $TA -gt 330 ] && TA=330; fi   # leave >=130 s for plain
   mark "rayjobs submit (follow), timeout ${TA}s"
   ta=$(date +%s.%N)
-  timeout $TA python3 -m rayjobs.submit +exp=gpu_tiny_grpo "$ATTN" rayjobs.follow=true "$@" 2>&1 \
+  timeout $TA python3 -m rayjobs.submit +exp=gpu_tiny_grpo rayjobs.follow=true "$@" 2>&1 \
     | python3 -u scripts/gpu/summarize.py --stamp > $OUT/rayjobs.log
   rc=${PIPESTATUS[0]}
   if [ $rc = 2 ] && ! grep -q "submitted; follow" $OUT/rayjobs.log; then   # refused on the client: say so, retry unchecked
     echo "rayjobs refused the submission (exit 2):"; grep -E "error|rayjobs:" $OUT/rayjobs.log | head -20
     mv $OUT/rayjobs.log $W/rayjobs-refused.log
     mark "rayjobs submit again with rayjobs.preflight=false"
-    timeout $(( TA - 30 )) python3 -m rayjobs.submit +exp=gpu_tiny_grpo "$ATTN" rayjobs.follow=true rayjobs.preflight=false "$@" 2>&1 \
+    timeout $(( TA - 30 )) python3 -m rayjobs.submit +exp=gpu_tiny_grpo rayjobs.follow=true rayjobs.preflight=false "$@" 2>&1 \
       | python3 -u scripts/gpu/summarize.py --stamp > $OUT/rayjobs.log
     rc=${PIPESTATUS[0]}
   fi
@@ -96,7 +96,7 @@ fi
 if [ "$MODE" = both ] || [ "$MODE" = plain ]; then
   # The same verl command line rayjobs built (its dry run), without the runner prefix and
   # under its own run name / checkpoint dir, through Ray's own CLI.
-  EP=$(python3 -m rayjobs.submit +exp=gpu_tiny_grpo "$ATTN" rayjobs.dry_run=true rayjobs.preflight=false "$@" 2>/dev/null \
+  EP=$(python3 -m rayjobs.submit +exp=gpu_tiny_grpo rayjobs.dry_run=true rayjobs.preflight=false "$@" 2>/dev/null \
        | python3 -c "import json,sys,time; d=json.load(sys.stdin)['submit_job']; \
 print(d['entrypoint'].split(' -- ',1)[1].replace(d['metadata']['run'], 'plain-'+time.strftime('%Y%m%d-%H%M%S')))")
   [ -n "$EP" ] || { echo "could not build the verl command (dry run failed)"; exit 1; }
