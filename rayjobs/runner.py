@@ -9,7 +9,10 @@ gives each attempt what it must get right:
 * ``rayjobs.max_retries``: a failed attempt is re-run, resuming from the same absolute
   checkpoint dir (verl's ``trainer.resume_mode=auto``);
 * signals: SIGTERM/SIGINT from ``ray job stop`` are passed to the trainer, which gets the
-  head's stop grace period to save.
+  head's stop grace period to save;
+* the queue (:mod:`rayjobs.queue`): a job with a GPU demand waits here, as QUEUED, until the
+  cluster-side queue admits it; stopped while waiting, it exits and the trainer never starts.
+  It holds its admission across retries and releases it when it exits.
 """
 
 from __future__ import annotations
@@ -73,11 +76,33 @@ def main(argv: Optional[list[str]] = None) -> int:
         print("usage: python3 -m rayjobs.runner -- COMMAND [ARGS...]", file=sys.stderr)
         return 2
     meta = job_metadata()
+    base_env = dict(os.environ)  # the trainer's environment: as Ray gave it, before the queue's ray.init
+    ticket = None
+    sid = str(meta.get("job_submission_id") or "")
+    if sid:
+        from rayjobs import queue
+
+        try:
+            ticket = queue.admit(sid, meta, log)
+        except queue.Stopped:
+            log("stopped while queued: the trainer was not started")
+            return 128 + signal.SIGTERM
+        except Exception as e:  # the queue itself is broken: run as plain Ray would, and say so
+            log(f"WARNING: the rayjobs queue is unavailable ({type(e).__name__}: {e}); starting without admission")
+    try:
+        return run_attempts(argv, meta, base_env)
+    finally:
+        if ticket is not None:
+            ticket.release()
+
+
+def run_attempts(argv: list[str], meta: dict[str, Any], base_env: dict[str, str]) -> int:
+    """The attempts of one job (``rayjobs.max_retries`` + 1 at most); the exit code to report."""
     retries = int(meta.get("max_retries", "0") or 0)
     run_dir = Path(meta["run_dir"]) if meta.get("run_dir") else None
     code = 1
     for i in range(retries + 1):
-        env = dict(os.environ)
+        env = dict(base_env)
         if run_dir is not None:
             run_dir.mkdir(parents=True, exist_ok=True)
             attempt = next_attempt(run_dir)
@@ -86,7 +111,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             log(f"attempt {attempt} of run {meta.get('run', '?')} (metrics: {env['VERL_FILE_LOGGER_PATH']})")
         started = time.monotonic()
         code = run_attempt(argv, env)
-        log(f"attempt finished with exit code {code} after {time.monotonic() - started:.1f} s")
+        log(f"attempt finished with exit code {code} after {time.monotonic() - started:.1f} s at {time.time():.3f}")
         if code == 0 or code < 0 or i == retries:
             break  # success, killed by a signal (stop), or out of retries
         log(f"retrying ({i + 1}/{retries}); verl resumes from the checkpoint dir (resume_mode=auto)")

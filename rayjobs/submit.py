@@ -112,6 +112,11 @@ def send(prepared: Sequence[Prepared], address: Optional[str] = None) -> list[st
     if target.embedded:
         target = embedded.ensure()
     client = jobs.client(target)
+    # --- queue (issue 4): refuse, before anything is submitted, a job that can never fit this cluster
+    from rayjobs import queue
+
+    queue.refuse_never_fitting(client, prepared, target.address or "")
+    # --- end queue
     from rayjobs import preflight  # issue 6: checks that need the live cluster (versions, per-node fit)
 
     preflight.check_cluster(client, prepared, target)

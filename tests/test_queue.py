@@ -1,0 +1,145 @@
+"""The cluster-side queue on a real 2-node Ray cluster declaring fake GPUs (2 GPU + 6 CPU per node).
+
+The workload is the verl stand-in with ``+fake.hold_gpus=true``: verl's resource check (its
+``ValueError`` when GPUs are short), then STRICT_PACK placement groups of {CPU: 3, GPU: 1} bundles.
+Start order is read from each runner's ``[rayjobs] admitted after .. s at <epoch>`` line.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import pytest
+
+from conftest import rayjobs_submit, wait_terminal
+from test_queue_cluster import FakeGpuCluster
+
+BACKFILL_S = 10  #: the starvation guard on this cluster (head env RAYJOBS_QUEUE_BACKFILL_S)
+RESOURCE_ERROR = "Total available GPUs"
+WHOLE_CLUSTER = ("trainer.nnodes=2", "trainer.n_gpus_per_node=2")  # 2 groups of 2 GPUs = all 4
+
+
+@pytest.fixture(scope="module")
+def gpu_cluster() -> Any:
+    root = Path(tempfile.mkdtemp(prefix="rjq", dir="/tmp"))  # short: Ray's socket paths are limited
+    c = FakeGpuCluster(root, nodes=((2, 6), (2, 6)), env={"RAYJOBS_QUEUE_BACKFILL_S": str(BACKFILL_S)})
+    c.start()
+    yield c
+    c.stop()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def gclient(gpu_cluster: FakeGpuCluster) -> Any:
+    return gpu_cluster.client()
+
+
+def submit(cluster: FakeGpuCluster, *overrides: str) -> str:
+    """One job, composed and sent in this process (what `python -m rayjobs.submit` does, minus startup)."""
+    from rayjobs import compose, submit as sub
+
+    c = compose.compose(["+exp=fake_ppo", f"rayjobs.address={cluster.address}", "+fake.hold_gpus=true", *overrides])
+    return sub.send(sub.prepare([c]), address=cluster.address)[0]
+
+
+def admitted_at(client: Any, sid: str) -> Optional[float]:
+    m = re.search(r"\[rayjobs\] admitted after [\d.]+ s at ([\d.]+)", client.get_job_logs(sid))
+    return float(m.group(1)) if m else None
+
+
+def wait_until(pred: Any, timeout: float, what: str, every: float = 0.5) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def queued(client: Any) -> dict[str, int]:
+    from rayjobs import queue
+
+    return {k: v["queue_position"] for k, v in queue.overlay(client, client.list_jobs()).items()}
+
+
+def test_sweep_of_3x_the_cluster_all_succeed(gpu_cluster, gclient, workdir):
+    # 6 points x 2 GPUs = 12 GPUs = 3x the cluster; without the queue, verl's check kills the extra ones
+    r = rayjobs_submit("-m", "+exp=fake_ppo", f"rayjobs.address={gpu_cluster.address}", "+fake.hold_gpus=true",
+                       "trainer.n_gpus_per_node=2", "+fake.steps=2", "+fake.step_s=0.5",
+                       "trainer.total_epochs=1,2,3,4,5,6", cwd=workdir)
+    assert r.returncode == 0, r.stderr
+    ids = r.stdout.split()
+    assert len(ids) == 6
+    seen_queued = wait_until(lambda: queued(gclient), 90, "a QUEUED job with a position")
+    assert min(seen_queued.values()) == 1
+    statuses = {i: wait_terminal(gclient, i, timeout=240) for i in ids}
+    logs = {i: gclient.get_job_logs(i) for i in ids}
+    assert all(s == "SUCCEEDED" for s in statuses.values()), {i: logs[i][-800:] for i in ids if statuses[i] != "SUCCEEDED"}
+    assert not [i for i in ids if RESOURCE_ERROR in logs[i]]
+    assert sum("QUEUED at position" in log for log in logs.values()) >= 2
+
+
+def test_never_fitting_job_is_refused_at_submit(gpu_cluster, gclient, workdir):
+    before = len(gclient.list_jobs())
+    r = rayjobs_submit("+exp=fake_ppo", f"rayjobs.address={gpu_cluster.address}", "trainer.n_gpus_per_node=4", cwd=workdir)
+    assert r.returncode == 2 and r.stdout == ""
+    err = r.stderr.strip().splitlines()[-1]
+    assert "needs 1 group of 4 GPU + 12 CPU on one node, but no node has 4 GPU + 12 CPU" in err
+    assert "2 x (2 GPU + 6 CPU)" in err
+    assert len(gclient.list_jobs()) == before
+
+
+def test_order_priority_stop_and_actor_restart(gpu_cluster, gclient, workdir):
+    blocker = submit(gpu_cluster, *WHOLE_CLUSTER, "+fake.steps=1", "+fake.hold_s=600")
+    wait_until(lambda: admitted_at(gclient, blocker), 90, "the blocker to start")
+    job = lambda *extra: submit(gpu_cluster, *WHOLE_CLUSTER, "+fake.steps=1", "+fake.step_s=0.2", *extra)
+    b = job()
+    c = job()
+    d = job("rayjobs.priority=10")  # later, but higher priority: starts first
+    e = job()  # stopped while queued: never starts
+    want = {d: 1, b: 2, c: 3, e: 4}
+    wait_until(lambda: queued(gclient) == want, 120, f"positions {want}")
+
+    assert gclient.stop_job(e)
+    assert wait_terminal(gclient, e, timeout=60) == "STOPPED"
+    wait_until(lambda: queued(gclient) == {d: 1, b: 2, c: 3}, 30, "the stopped job to leave the queue")
+
+    # the queue actor crashes and restarts: waiting runners re-register, the order survives
+    kill = gclient.submit_job(entrypoint="python3 -c \"import ray; ray.init(namespace='rayjobs'); "
+                                         "ray.kill(ray.get_actor('queue'), no_restart=False)\"")
+    assert wait_terminal(gclient, kill, timeout=90) == "SUCCEEDED", gclient.get_job_logs(kill)
+    wait_until(lambda: queued(gclient) == {d: 1, b: 2, c: 3}, 60, "the queue to be rebuilt after the restart")
+
+    gclient.stop_job(blocker)
+    for sid in (d, b, c):
+        assert wait_terminal(gclient, sid, timeout=180) == "SUCCEEDED", gclient.get_job_logs(sid)[-1500:]
+    starts = {sid: admitted_at(gclient, sid) for sid in (d, b, c)}
+    assert starts[d] < starts[b] < starts[c], starts
+    log_e = gclient.get_job_logs(e)
+    assert "attempt 1" not in log_e and "placement groups ready" not in log_e and admitted_at(gclient, e) is None
+    assert str(gclient.get_job_status(e)) == "STOPPED"
+    assert not [s for s in (b, c, d) if RESOURCE_ERROR in gclient.get_job_logs(s)]
+
+
+def test_two_node_job_is_not_starved_by_one_gpu_jobs(gpu_cluster, gclient, workdir):
+    # 3 of 4 GPUs busy; then a 2-node job (all 4 GPUs); then a batch of later 1-GPU jobs. With
+    # backfill only, a 1-GPU job would take every GPU that frees and the 2-node job would wait for
+    # the whole stream. Policy: backfill only while it has waited < BACKFILL_S, then hold the rest.
+    one_gpu = ("trainer.nnodes=1", "trainer.n_gpus_per_node=1", "+fake.steps=1")
+    fillers = [submit(gpu_cluster, *one_gpu, "+fake.hold_s=25") for _ in range(3)]
+    wait_until(lambda: all(admitted_at(gclient, f) for f in fillers), 90, "the fillers to start")
+    big = submit(gpu_cluster, *WHOLE_CLUSTER, "+fake.steps=1")
+    stream = [submit(gpu_cluster, *one_gpu, "+fake.hold_s=5") for _ in range(6)]
+    assert wait_terminal(gclient, big, timeout=240) == "SUCCEEDED", gclient.get_job_logs(big)[-1500:]
+    for s in stream:
+        assert wait_terminal(gclient, s, timeout=240) == "SUCCEEDED", gclient.get_job_logs(s)[-1500:]
+    t_big = admitted_at(gclient, big)
+    after = [s for s in stream if admitted_at(gclient, s) > t_big]
+    assert len(after) >= 4, (t_big, {s: admitted_at(gclient, s) for s in stream})
+    assert not [s for s in fillers + stream + [big] if RESOURCE_ERROR in gclient.get_job_logs(s)]

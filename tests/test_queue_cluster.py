@@ -1,0 +1,147 @@
+"""A real multi-node Ray cluster with fake GPUs, for the queue tests and benchmarks (no tests here).
+
+Every node is a ``ray start`` on 127.0.0.1 (several raylets on one IP work when each has its own
+ports and worker-port range), declaring ``--num-gpus``/``--num-cpus`` (Ray does not check GPUs).
+It runs inside whatever network namespace the caller is in (the test session's, or a benchmark's
+private one). ``HOME`` and ``RAY_AUTH_MODE`` are pinned so a stray ``~/.ray/auth_token`` cannot
+switch auth on; the cluster is stopped by PID only (never ``ray stop``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class FakeGpuCluster:
+    """``nodes``: one ``(gpus, cpus)`` per node, the first is the head."""
+
+    def __init__(self, root: Path, nodes: Sequence[tuple[int, int]] = ((2, 6), (2, 6)),
+                 env: Optional[dict[str, str]] = None, worker_port_base: int = 30000) -> None:
+        from rayjobs.embedded import HEAD_ENV
+
+        self.root = Path(root)
+        self.nodes = list(nodes)
+        self.gcs_port = free_port()
+        self.dash_port = free_port()
+        self.worker_port_base = worker_port_base
+        self.env = dict(os.environ)
+        for var in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+            self.env.pop(var, None)
+        self.env.update(HEAD_ENV)
+        self.env.update({"HOME": str(self.root / "home"), "RAY_AUTH_MODE": "disabled",
+                         "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")})
+        self.env.update(env or {})
+        self.ray = shutil.which("ray", path=self.env["PATH"]) or "ray"
+
+    @property
+    def address(self) -> str:
+        """The dashboard / Jobs API URL."""
+        return f"http://127.0.0.1:{self.dash_port}"
+
+    @property
+    def gcs(self) -> str:
+        return f"127.0.0.1:{self.gcs_port}"
+
+    def _node_cmd(self, i: int, gpus: int, cpus: int) -> list[str]:
+        lo = self.worker_port_base + i * 1000
+        cmd = [self.ray, "start", "--node-ip-address=127.0.0.1", f"--num-gpus={gpus}", f"--num-cpus={cpus}",
+               f"--node-manager-port={free_port()}", f"--object-manager-port={free_port()}",
+               f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
+               f"--runtime-env-agent-port={free_port()}", f"--metrics-export-port={free_port()}",
+               f"--min-worker-port={lo}", f"--max-worker-port={lo + 999}",
+               "--object-store-memory=100000000", "--disable-usage-stats"]
+        if i == 0:
+            cmd += ["--head", f"--port={self.gcs_port}", "--dashboard-host=127.0.0.1",
+                    f"--dashboard-port={self.dash_port}", f"--ray-client-server-port={free_port()}",
+                    "--include-dashboard=true"]
+        else:
+            cmd += [f"--address={self.gcs}"]
+        # Each node its own temp dir (as on separate machines): nodes sharing one would share
+        # runtime_resources/, and one node's runtime-env agent deletes a working_dir another uses.
+        cmd.append(f"--temp-dir={self.root / f'ray{i}'}")
+        return cmd
+
+    def start(self, timeout: float = 120.0) -> "FakeGpuCluster":
+        (self.root / "home").mkdir(parents=True, exist_ok=True)
+        for i, (gpus, cpus) in enumerate(self.nodes):
+            env = dict(self.env)
+            if i > 0:  # =0 keeps the head on 127.0.0.1, but a worker node refuses to join with it
+                env.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
+            out = subprocess.run(self._node_cmd(i, gpus, cpus), env=env, capture_output=True, text=True,
+                                 timeout=timeout)
+            if out.returncode != 0:
+                self.stop()
+                raise RuntimeError(f"ray start (node {i}) failed: {out.stderr[-2000:]}")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                alive = [n for n in self.state("/api/v0/nodes?limit=100") if n.get("state") == "ALIVE"]
+                if len(alive) == len(self.nodes) and self._jobs_ready():
+                    return self
+            except Exception:
+                pass
+            time.sleep(0.5)
+        self.stop()
+        raise RuntimeError(f"the fake cluster did not form {len(self.nodes)} nodes within {timeout:.0f} s")
+
+    def _jobs_ready(self) -> bool:
+        with urllib.request.urlopen(self.address + "/api/jobs/", timeout=5) as r:
+            return r.status == 200
+
+    def state(self, path: str) -> Any:
+        """GET a state-API path; returns ``data.result.result``."""
+        with urllib.request.urlopen(self.address + path, timeout=10) as r:
+            return json.loads(r.read())["data"]["result"]["result"]
+
+    def pids(self) -> list[int]:
+        """Every process of this cluster (their command lines name its temp dir or GCS address)."""
+        marks = tuple(str(self.root / f"ray{i}").encode() for i in range(len(self.nodes))) + (
+                 f"127.0.0.1:{self.gcs_port}".encode(),
+                 f"--gcs-address={self.gcs}".encode(), f"--address={self.gcs}".encode())
+        out = []
+        for p in Path("/proc").iterdir():
+            if not p.name.isdigit() or int(p.name) == os.getpid():
+                continue
+            try:
+                cmdline = (p / "cmdline").read_bytes().replace(b"\0", b" ")
+            except OSError:
+                continue
+            if any(m in cmdline for m in marks):
+                out.append(int(p.name))
+        return sorted(out)
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """SIGTERM then SIGKILL every PID of this cluster (never `ray stop`)."""
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            pids = self.pids()
+            for pid in pids:
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+            deadline = time.monotonic() + timeout / 2
+            while time.monotonic() < deadline and self.pids():
+                time.sleep(0.2)
+
+    def client(self) -> Any:
+        from ray.job_submission import JobSubmissionClient
+
+        return JobSubmissionClient(self.address)
