@@ -10,7 +10,15 @@ Rank-aware, idempotent, no fixed sleeps:
   every GPU is present and the Jobs API answers, and writes the readiness record
   (``$RAYJOBS_NODE_DIR/ready.json``: nodes, GPUs, Ray/verl/rayjobs versions). After
   ``RAYJOBS_JOIN_TIMEOUT`` seconds it fails, naming the ranks that are missing.
-* other ranks poll the head's GCS (health check, bounded) and join as soon as it answers.
+* other ranks poll the head's GCS (bounded) and join as soon as it answers (not waiting, as Ray
+  would, for the head's raylet to register).
+* fast where Ray is slow: the head's dashboard starts alongside its raylet (Ray's own order makes
+  every worker wait for the dashboard's start-up), and loads only the modules rayjobs uses
+  (``RAYJOBS_DASHBOARD_MODULES``: JobHead,NodeHead,StateHead,ReportHead,EventHead; ``all`` for
+  Ray's whole UI): UsageStatsHead's cloud-metadata probes block the Jobs API for ~8 s where no
+  metadata endpoint answers (k8s pods, no uplink). Ray's processes are started by a double-forked
+  helper, never below this script: SkyPilot SIGTERMs what it last saw below a `run` script when
+  the script exits.
 * a node whose Ray is already part of the cluster changes nothing; a node whose Ray is gone
   (reboot, crash) starts it again and rejoins. It never runs ``ray stop``: SkyPilot's own Ray
   (6380/8266/8076, agent 52365) runs on the same machine. Stale processes of *our* previous
@@ -22,7 +30,7 @@ Rank-aware, idempotent, no fixed sleeps:
 
 Inputs: SKYPILOT_NODE_RANK, SKYPILOT_NODE_IPS (newline-separated), SKYPILOT_NUM_NODES,
 SKYPILOT_NUM_GPUS_PER_NODE; knobs RAYJOBS_NODE_DIR (~/.rayjobs/node), RAYJOBS_JOIN_TIMEOUT (900),
-RAYJOBS_RAY_PORT, RAYJOBS_DASHBOARD_PORT, RAYJOBS_AGENT_PORT (52366), RAYJOBS_CLIENT_PORT (10011),
+RAYJOBS_RAY_PORT, RAYJOBS_DASHBOARD_PORT, RAYJOBS_AGENT_PORT (52366), RAYJOBS_CLIENT_PORT (none),
 RAYJOBS_STORAGE (the shared root, recorded and passed to jobs). Exit 0 = this node is in the cluster
 (and, on rank 0, the cluster is complete); 1 = it is not (one line on stderr says why).
 """
@@ -78,10 +86,14 @@ class Config:
         self.port = int(env.get("RAYJOBS_RAY_PORT", 6379))
         self.dashboard_port = int(env.get("RAYJOBS_DASHBOARD_PORT", 8265))
         self.agent_port = int(env.get("RAYJOBS_AGENT_PORT", 52366))  # SkyPilot's Ray uses 52365
-        self.client_port = int(env.get("RAYJOBS_CLIENT_PORT", 10011))  # SkyPilot's Ray uses 10001
+        # Ray Client (ray://) server on the head: off unless asked for (rayjobs uses the Jobs API;
+        # SkyPilot's Ray has 10001). The `ray start` CLI always starts one: on 10011 then.
+        self.client_port = int(env["RAYJOBS_CLIENT_PORT"]) if env.get("RAYJOBS_CLIENT_PORT") else None
         self.timeout = float(env.get("RAYJOBS_JOIN_TIMEOUT", 900))
         self.dir = Path(env.get("RAYJOBS_NODE_DIR") or Path.home() / ".rayjobs" / "node").expanduser()
         self.storage = env.get("RAYJOBS_STORAGE", "")
+        mods = env.get("RAYJOBS_DASHBOARD_MODULES", "JobHead,NodeHead,StateHead,ReportHead,EventHead")
+        self.dashboard_modules = None if mods.strip().lower() in ("", "all") else mods
         self.gcs = f"{self.head_ip}:{self.port}"
 
     @property
@@ -91,7 +103,7 @@ class Config:
 
 # --------------------------------------------------------------------------- environment of Ray
 def head_env() -> dict[str, str]:
-    """rayjobs' head settings (long job start timeout, 60 s stop grace, subreaper, no usage stats)."""
+    """rayjobs' head settings (long job start timeout, 60 s stop grace, no usage stats)."""
     try:
         from rayjobs.embedded import HEAD_ENV
     except ImportError:
@@ -189,13 +201,32 @@ def _split(address: str) -> tuple[str, int]:
 
 
 def jobs_api_up(cfg: Config) -> bool:
-    """The Jobs API answers on the head's loopback (401 without a token still means up)."""
+    """The Jobs API would take a job now: it answers on the head's loopback (401 without a token
+    still means up) and the head's job agent is known to it (else a submission waits for it)."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{cfg.dashboard_port}/api/version", timeout=1) as r:
-            return r.status == 200
+            if r.status != 200:
+                return False
     except urllib.error.HTTPError as e:
-        return e.code in (401, 403)
+        if e.code not in (401, 403):
+            return False
     except Exception:
+        return False
+    try:
+        client = gcs(cfg.gcs)
+        head_id = client.internal_kv_get(b"head_node_id", namespace=b"job", timeout=2)
+        agent = b"DASHBOARD_AGENT_ADDR_NODE_ID_PREFIX:" + head_id if head_id else b""
+        return bool(head_id) and bool(client.internal_kv_get(agent, namespace=b"dashboard", timeout=2))
+    except Exception:
+        _GCS.pop(cfg.gcs, None)
+        return False
+
+
+def session_known(cfg: Config) -> bool:
+    try:
+        return bool(gcs(cfg.gcs).internal_kv_get(b"session_name", namespace=b"session", timeout=2))
+    except Exception:
+        _GCS.pop(cfg.gcs, None)
         return False
 
 
@@ -340,6 +371,8 @@ def detached_start(base: Path, parent: int) -> None:
     tmp = base.with_suffix(".new")
     tmp.write_text(json.dumps(out))
     os.replace(tmp, base.with_suffix(".json"))
+    for t in DASHBOARD:  # the node script already waits for the Jobs API; we only stay around
+        t.join(timeout=600)
     sys.stderr.flush()
     os._exit(0)
 
@@ -363,7 +396,7 @@ def _start_fast(cfg: Config) -> str:
         params = RayParams(
             node_ip_address=cfg.ip, node_name=cfg.ip, num_gpus=cfg.gpus, resources={}, labels={},
             min_worker_port=20002, max_worker_port=29999,  # SkyPilot's Ray: 11002-19999
-            node_manager_port=0, ray_client_server_port=cfg.client_port,
+            node_manager_port=0, ray_client_server_port=cfg.client_port if cfg.head else None,
             redis_username="", redis_password="", huge_pages=False, enable_object_reconstruction=False,
             include_dashboard=True if cfg.head else None, dashboard_host="127.0.0.1",
             dashboard_port=cfg.dashboard_port, dashboard_agent_listen_port=cfg.agent_port,
@@ -382,12 +415,102 @@ def _start_fast(cfg: Config) -> str:
         params.gcs_address = cfg.gcs
     try:
         ensure_token_if_auth_enabled(None, create_token_if_missing=False)
-        node = ray_node.Node(params, head=cfg.head, shutdown_at_exit=False, spawn_reaper=False)
-        write_ray_address(node.address if cfg.head else cfg.gcs, node.get_temp_dir_path())
+        if not cfg.head:
+            _patch_head_lookup(ray_node)
+            node = ray_node.Node(params, head=False, shutdown_at_exit=False, spawn_reaper=False)
+            write_ray_address(cfg.gcs, node.get_temp_dir_path())
+            return node.node_id
+        # Ray starts the head's dashboard and waits for it *before* the head's raylet, and every
+        # worker waits for the head's raylet: the dashboard's start-up (seconds of imports) would
+        # sit on the whole cluster's critical path. It starts in a thread instead, alongside the
+        # raylet (a raylet started before the dashboard's URL is known is what a worker node has
+        # anyway); the starter leaves once the dashboard is up, after telling the node script.
+        import threading
+
+        api = ray_node.Node.start_api_server
+        _patch_dashboard_modules(cfg.dashboard_modules)
+
+        def in_background(self: Any, **kw: Any) -> None:
+            def run() -> None:
+                try:
+                    api(self, **kw)
+                except Exception as e:  # noqa: BLE001  (the node script's wait reports it)
+                    log(f"error: the dashboard did not start: {' '.join(str(e).split())[:300]}")
+            DASHBOARD.append(threading.Thread(target=run, daemon=True))
+            DASHBOARD[-1].start()
+
+        ray_node.Node.start_api_server = in_background
+        try:
+            node = ray_node.Node(params, head=True, shutdown_at_exit=False, spawn_reaper=False)
+        finally:
+            ray_node.Node.start_api_server = api
+        write_ray_address(node.address, node.get_temp_dir_path())
         return node.node_id
     except Exception as e:
         fail(f"starting Ray failed on rank {cfg.rank} ({cfg.ip}): {' '.join(str(e).split())[:400]}")
     return ""
+
+
+def _patch_head_lookup(ray_node: Any) -> None:
+    """Let a worker start without waiting for the head's raylet.
+
+    A worker's ``Node`` asks the GCS for the head node's record only for its temp and session
+    dirs, and until the head's raylet has registered it re-asks every 2 s. Both dirs are known as
+    soon as the GCS is up: the default temp dir (the head uses it too) and the session name the
+    head writes to the GCS first thing. If the head has registered, its own record is used.
+    """
+    real = getattr(ray_node, "get_all_node_info_until_retrieved", None)
+    if real is None:
+        return
+    from types import SimpleNamespace
+
+    from ray._common.utils import get_default_ray_temp_dir
+    from ray.core.generated.gcs_pb2 import GcsNodeInfo
+
+    def lookup(gcs_client: Any, *a: Any, node_selectors: Any = None, **kw: Any) -> Any:
+        if node_selectors and all(getattr(sel, "is_head_node", False) for sel in node_selectors):
+            try:
+                found = list(gcs_client.get_all_node_info(timeout=5, node_selectors=node_selectors).values())
+                name = gcs_client.internal_kv_get(b"session_name", namespace=b"session", timeout=5)
+            except Exception:
+                found, name = [], None
+            if found:
+                return found
+            if name:
+                tmp = get_default_ray_temp_dir()
+                return [SimpleNamespace(state=GcsNodeInfo.GcsNodeState.ALIVE, temp_dir=tmp,
+                                        session_dir=os.path.join(tmp, name.decode()))]
+        return real(gcs_client, *a, node_selectors=node_selectors, **kw)
+
+    ray_node.get_all_node_info_until_retrieved = lookup
+
+
+#: The head's dashboard start-up thread (the starter waits for it before leaving).
+DASHBOARD: list = []
+
+
+def _patch_dashboard_modules(modules: Optional[str]) -> None:
+    """Load only these dashboard modules (``--modules-to-load``); None = all of Ray's.
+
+    The Jobs API answers only once *every* module's subprocess is up, and rayjobs needs few: the
+    Jobs API (JobHead: /api/jobs, /api/version; NodeHead records the head node id it needs), the
+    state API (StateHead: /api/v0/nodes, logs), the cluster status (ReportHead) and EventHead
+    (where the nodes' agents report events). Left out, among others, UsageStatsHead: its cloud
+    metadata probes block the dashboard's event loop for ~8 s where no metadata endpoint answers.
+    RAYJOBS_DASHBOARD_MODULES=all brings the whole Ray dashboard UI back.
+    """
+    if not modules:
+        return
+    import ray._private.services as services
+
+    real = services.start_ray_process
+
+    def start(command: list, process_type: str, *a: Any, **kw: Any) -> Any:
+        if process_type == "dashboard" and not any(str(c).startswith("--modules-to-load") for c in command):
+            command = [*command, f"--modules-to-load={modules}"]
+        return real(command, process_type, *a, **kw)
+
+    services.start_ray_process = start
 
 
 def _start_cli(cfg: Config) -> str:
@@ -396,7 +519,7 @@ def _start_cli(cfg: Config) -> str:
         f"--node-ip-address={cfg.ip}", f"--num-gpus={cfg.gpus}",
         f"--dashboard-agent-listen-port={cfg.agent_port}",
         "--min-worker-port=20002", "--max-worker-port=29999",
-        f"--ray-client-server-port={cfg.client_port}", "--disable-usage-stats",
+        f"--ray-client-server-port={cfg.client_port or 10011}", "--disable-usage-stats",
     ]
     if cfg.head:
         args = ["--head", f"--port={cfg.port}", "--dashboard-host=127.0.0.1",
@@ -423,7 +546,8 @@ def worker(cfg: Config) -> None:
     nodes = alive_nodes(cfg.gcs)
     if nodes is None:
         log(f"waiting for the head at {cfg.gcs}")
-    while nodes is None:
+    # The head's GCS answers and has its session name (Ray's worker start-up re-asks every 2 s).
+    while nodes is None or not session_known(cfg):
         if time.monotonic() > deadline:
             starter.cancel()
             fail(f"rank {cfg.rank} ({cfg.ip}): the Ray head at {cfg.gcs} did not answer within {cfg.timeout:.0f} s")

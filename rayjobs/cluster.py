@@ -232,7 +232,10 @@ def up(name: str, params: dict[str, str], out: Any = None, sdk: Any = None) -> d
         raise ClusterError(f"{name} is not ready: {detail}; full log: sky logs {name} {job_id}")
     _sky_call("exec (sentinel)", name, lambda: sky.stream_and_get(sky.exec(sentinel_task(idle, workdir), cluster_name=name)))
     print(f"rayjobs: {name} is ready; autostop after {idle} idle minute(s) (no running or queued Ray job)", file=out)
-    return connect(name, out=out)
+    rec = connect(name, out=out)
+    print("rayjobs: once per storage root, prepare the presets' data: "
+          "python -m rayjobs.submit -m +exp=prepare_data rayjobs.prepare.dataset=gsm8k,math", file=out)
+    return rec
 
 
 def _describe(task: Any) -> str:

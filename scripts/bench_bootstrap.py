@@ -30,6 +30,7 @@ from nodes import Net  # noqa: E402
 REPO = benchlib.REPO
 PY = sys.executable
 GPUS = 1
+KEEP = ""
 
 # verl examples/skypilot/verl-ppo.yaml `run`, verbatim except: the trainer -> a marker line.
 SEED_RUN = r"""
@@ -78,17 +79,18 @@ def fresh(net: Net) -> None:
         node.boot()
 
 
-def one_round(net: Net, kind: str, timeout: float = 300.0) -> float:
+def one_round(net: Net, kind: str, timeout: float = 180.0) -> float:
     fresh(net)
     token = secrets.token_hex(16)
+    # A file, as SkyPilot runs it (the seed's `ps | grep` checks would match `bash -c '<script>'`).
+    script = net.root / "seed_run.sh"
+    script.write_text(SEED_RUN)
     logs, procs = [], []
     for node in net.nodes:
         env = net.skypilot_env(node, GPUS)
         env["PATH"] = os.path.dirname(PY) + os.pathsep + os.environ.get("PATH", "")
         if kind == "seed":
             env["RAY_AUTH_MODE"] = "disabled"  # the seed has no auth
-            script = net.root / "seed_run.sh"  # a file, as SkyPilot runs it (its `ps | grep` checks
-            script.write_text(SEED_RUN)  # would match a `bash -c '<script>'` command line)
             cmd = ["bash", str(script)]
         else:
             env["RAY_AUTH_TOKEN"] = token
@@ -108,13 +110,56 @@ def one_round(net: Net, kind: str, timeout: float = 300.0) -> float:
     dt = time.perf_counter() - t0
     for p in procs:
         p.wait(timeout=timeout)
+    if KEEP:
+        files = [str(log.relative_to(net.root)) for log in logs]
+        files += [str(Path(f).relative_to(net.root)) for n in net.nodes
+                  for f in (n.tmp / "ray").glob("session_2*/logs/*") if f.suffix in (".log", ".out", ".err")]
+        subprocess.run(["tar", "-czf", f"{KEEP}-{kind}.tgz", "-C", str(net.root), *files], check=False)
     return dt
+
+
+def render(res: dict, load: list, nodes: int, rounds: int, cpus: int, where: str = "") -> str:
+    seed, ours = benchlib.median(res["seed"]), benchlib.median(res["rayjobs"])
+    fmt = lambda xs: ", ".join(f"{x:.1f}" for x in xs)  # noqa: E731
+    return f"""## Bootstrap: last node's script start -> cluster ready ({nodes} nodes)
+
+`scripts/bench_bootstrap.py`: {nodes} fake machines (own network, PID and mount namespaces, veth into
+a bridge, `--num-gpus={GPUS}` each) on one {cpus}-core machine{where}; each round reboots them with
+empty disks and starts every node's script at once; interleaved, {rounds} rounds each. Load
+average during the runs: {min(load):.1f}-{max(load):.1f}.
+
+| run block | median (s) | rounds (s) |
+|---|---|---|
+| seed (verl-ppo.yaml: `sleep 15` workers, 10 s `ray status` polls) | {seed:.1f} | {fmt(res['seed'])} |
+| rayjobs `bootstrap/ray_node.py` (token auth, loopback dashboard, GCS polls) | {ours:.1f} | {fmt(res['rayjobs'])} |
+
+rayjobs / seed = **{ours / seed:.2f}** (target <= 0.20).
+"""
+
+
+NOTES = """rayjobs' "ready" is stricter than the seed's: every rank's node *and* GPUs present, the Jobs API
+answering and the head's job agent known to it (the seed counts `node_` lines in `ray status`).
+What makes it fast, besides polling instead of sleeping:
+- workers start as soon as the head's GCS answers; Ray's own worker start-up waits for the head's
+  raylet to register, re-checking every 2 s;
+- the head's dashboard starts alongside its raylet; Ray starts it first and waits for it, which
+  puts its start-up (seconds of imports) on every worker's path;
+- the dashboard loads only the modules rayjobs uses (JobHead, NodeHead, StateHead, ReportHead,
+  EventHead). UsageStatsHead, left out, probes cloud metadata endpoints (3 x 1 s HTTP timeouts
+  plus a DNS lookup) on the dashboard's event loop: ~8 s without a Jobs API wherever no metadata
+  endpoint answers (k8s pods, these namespaces).
+On a small machine all nodes share its cores and their start-up CPU (~10 CPU-s for 3 nodes) is
+the floor; on real nodes each has its own.
+"""
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--nodes", type=int, default=3)
+    ap.add_argument("--md-out", help="write the markdown section here instead of docs/benchmarks.md")
+    ap.add_argument("--where", default="", help="a few words on the machine, for the section's text")
+    ap.add_argument("--keep-logs", help="after each round, save the nodes' script and Ray logs as KEEP_LOGS-<kind>.tgz")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("needs root (network namespaces)")
@@ -130,30 +175,18 @@ def main() -> None:
                 return dt
             return fn
 
+        if args.keep_logs:
+            global KEEP
+            KEEP = args.keep_logs
         res = benchlib.interleaved({"seed": measure("seed"), "rayjobs": measure("rayjobs")}, args.rounds)
     finally:
         net.destroy()
-    seed, ours = benchlib.median(res["seed"]), benchlib.median(res["rayjobs"])
-    fmt = lambda xs: ", ".join(f"{x:.1f}" for x in xs)  # noqa: E731
-    md = f"""## Bootstrap: last node's script start -> cluster ready ({args.nodes} nodes)
-
-`scripts/bench_bootstrap.py`: {args.nodes} fake machines (own network, PID and mount namespaces,
-veth into a bridge, `--num-gpus={GPUS}` each) on one {os.cpu_count()}-core machine; each round reboots
-them with empty disks and starts every node's script at once; interleaved, {args.rounds} rounds each.
-Load average during the runs: {min(load):.1f}-{max(load):.1f} (the machine was shared with other test runs).
-
-| run block | median (s) | rounds (s) |
-|---|---|---|
-| seed (verl-ppo.yaml: `sleep 15` workers, 10 s `ray status` polls) | {seed:.1f} | {fmt(res['seed'])} |
-| rayjobs `bootstrap/ray_node.py` (token auth, loopback dashboard, GCS polls) | {ours:.1f} | {fmt(res['rayjobs'])} |
-
-rayjobs / seed = **{ours / seed:.2f}** (target <= 0.20). rayjobs' "ready" is stricter than the
-seed's: every rank's node *and* GPUs present and the Jobs API answering; the seed only counts
-`node_` lines. Where the time goes in ours: the head's Python start + GCS (~1-3 s), then the
-workers' raylet/agents and the head's dashboard start in parallel; on this machine all
-{args.nodes} nodes share {os.cpu_count()} cores, so their start-up CPU (~10 CPU-s in total) is the floor.
-"""
-    benchlib.write_section("bootstrap", md)
+    md = render(res, load, args.nodes, args.rounds, os.cpu_count() or 0, args.where)
+    md = md + "\n" + NOTES
+    if args.md_out:
+        Path(args.md_out).write_text(md)
+    else:
+        benchlib.write_section("bootstrap", md)
     print(md)
 
 
