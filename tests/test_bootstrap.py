@@ -174,7 +174,7 @@ for host in sys.argv[1:]:
 def test_dashboard_listens_on_loopback_only(formed: Cluster) -> None:
     head, worker = formed.head, formed.net.nodes[1]
     r = head.run([PY, "-c", _PROBE, "127.0.0.1", head.ip])
-    assert f"127.0.0.1 open" in r.stdout and f"{head.ip} closed" in r.stdout, r.stdout + r.stderr
+    assert "127.0.0.1 open" in r.stdout and f"{head.ip} closed" in r.stdout, r.stdout + r.stderr
     r = worker.run([PY, "-c", _PROBE, head.ip])
     assert f"{head.ip} closed" in r.stdout, r.stdout + r.stderr
 
