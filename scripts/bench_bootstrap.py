@@ -32,7 +32,9 @@ PY = sys.executable
 GPUS = 1
 KEEP = ""
 
-# verl examples/skypilot/verl-ppo.yaml `run`, verbatim except: the trainer -> a marker line.
+# verl examples/skypilot/verl-ppo.yaml `run`, verbatim except: the trainer -> a marker line, and
+# the dashboard bound to 127.0.0.1 instead of the seed's public 0.0.0.0 (it does not change how the
+# cluster forms, and we never bind Ray to every interface, even inside test namespaces).
 SEED_RUN = r"""
 HEAD_IP=$(echo "$SKYPILOT_NODE_IPS" | head -n1)
 NUM_NODES=$SKYPILOT_NUM_NODES
@@ -40,7 +42,7 @@ if [ "$SKYPILOT_NODE_RANK" == "0" ]; then
   echo "Starting Ray head node..."
   ps aux | grep ray | grep 6379 &> /dev/null ||  ray start --head --disable-usage-stats \
         --port=6379 \
-        --dashboard-host=0.0.0.0 \
+        --dashboard-host=127.0.0.1 \
         --dashboard-port=8265
   echo "Waiting for all nodes to join Ray cluster..."
   retry_count=0
