@@ -130,7 +130,7 @@ def waiting_memory() -> dict[str, float]:
             kb = int((p / "status").read_text().split("VmRSS:")[1].split()[0])
         except (OSError, IndexError, ValueError):
             continue
-        if "rayjobs.runner" in cmd and "fake_verl" in cmd:
+        if cmd.split(" ", 1)[0].endswith("python3") and cmd.split(" ")[1:3] == ["-m", "rayjobs.runner"]:  # not Ray's `sh -c`
             rss["runner"].append(kb / 1024)
         elif cmd.startswith("ray::JobSupervisor"):
             rss["supervisor"].append(kb / 1024)
@@ -255,9 +255,11 @@ def main() -> None:
     shutil.copy(benchlib.REPO / "tests" / "workloads" / "fake_verl.py", work / "workloads" / "fake_verl.py")
     from rayjobs.queue import WAIT_POLL_S as WAIT_POLL  # noqa: N811
 
+    load0 = os.getloadavg()[0]
     with benchlib.private_netns():
         gap = bench_gap(root, a.jobs)
         util = bench_util(root)
+    load1 = os.getloadavg()[0]
     shutil.rmtree(root, ignore_errors=True)
 
     mem = gap.pop("mem")
@@ -269,7 +271,8 @@ def main() -> None:
     md = f"""## Queue (issue 4) — `scripts/bench_queue.py`
 
 Real Ray 2.60 clusters with fake GPUs in a private network namespace, the verl stand-in holding
-STRICT_PACK placement groups of {{GPU: 1, CPU: 3}}; {os.cpu_count()} cores (shared with other work).
+STRICT_PACK placement groups of {{GPU: 1, CPU: 3}}; {os.cpu_count()} cores shared with other work
+(load average {load0:.1f} at the start, {load1:.1f} at the end).
 
 **Idle gap** between one job's end and the next queued job's start ({a.jobs} jobs needing the whole
 1-node cluster, queued behind a blocker, then released). "Process" gap: the next job's workload
@@ -304,13 +307,13 @@ from admission to end) on 2 nodes x 2 GPUs, queued behind a blocker and released
 | | makespan s | utilisation |
 |---|---:|---:|
 | measured (allocated GPU-s / (4 x makespan)) | {util['makespan']:.1f} | {u:.0%} |
-| ideal packing of the same jobs (zero overhead, per-node fit) | {util['ideal']:.1f} | {u_ideal:.0%} |
+| "ideal" packing of the same jobs (zero overhead, per-node fit, best of 3 greedy list orders) | {util['ideal']:.1f} | {u_ideal:.0%} |
 | lower bound (GPU-s / 4) | {util['lb']:.1f} | 100% |
 
 Jobs that failed on verl's resource check: {util['crashed']}. "Allocated" counts a job's GPUs from its
 admission (they are reserved for it from then on), so each job's own start-up is in it. The measured
-makespan is {util['makespan'] / util['ideal']:.0%} of the ideal packing's; what can separate them is the idle gap
-above and fragmentation: Ray places each STRICT_PACK group on the least-loaded node (it spreads),
+makespan is {util['makespan'] / util['ideal']:.0%} of that packing's (a greedy estimate, not a proven optimum; the lower bound
+is the hard limit); what separates them is the idle gap above and fragmentation: Ray places each STRICT_PACK group on the least-loaded node (it spreads),
 so two 1-GPU jobs can take one GPU on each node and a 2-GPU job then waits for one of them.
 """
     benchlib.write_section("queue", md)

@@ -103,8 +103,14 @@ class FakeGpuCluster:
         raise RuntimeError(f"the fake cluster did not form {len(self.nodes)} nodes within {timeout:.0f} s")
 
     def _jobs_ready(self) -> bool:
+        """The Jobs API answers and the autoscaler's view (``/api/cluster_status``, which lags a
+        joining node by seconds; preflight reads it) lists every node."""
         with urllib.request.urlopen(self.address + "/api/jobs/", timeout=5) as r:
-            return r.status == 200
+            if r.status != 200:
+                return False
+        with urllib.request.urlopen(self.address + "/api/cluster_status?format=0", timeout=5) as r:
+            usage = json.loads(r.read())["data"]["clusterStatus"]["loadMetricsReport"]["usageByNode"]
+        return len(usage) == len(self.nodes)
 
     def state(self, path: str) -> Any:
         """GET a state-API path; returns ``data.result.result``."""
