@@ -110,7 +110,12 @@ def run_attempts(argv: list[str], meta: dict[str, Any], base_env: dict[str, str]
             env["RAYJOBS_ATTEMPT"] = str(attempt)
             log(f"attempt {attempt} of run {meta.get('run', '?')} (metrics: {env['VERL_FILE_LOGGER_PATH']})")
         started = time.monotonic()
-        code = run_attempt(argv, env)
+        cmd = list(argv)
+        if run_dir is not None and meta.get("kind") == "verl":
+            # verl's file logger runs in its TaskRunner actor, whose environment comes from the
+            # runtime_env verl passes to ray.init, not from this driver's: hand the path over there.
+            cmd.append(f"++ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH='{env['VERL_FILE_LOGGER_PATH']}'")
+        code = run_attempt(cmd, env)
         log(f"attempt finished with exit code {code} after {time.monotonic() - started:.1f} s at {time.time():.3f}")
         if code == 0 or code < 0 or i == retries:
             break  # success, killed by a signal (stop), or out of retries

@@ -191,7 +191,8 @@ def config_hash(cfg: Any) -> str:
     """Stable short hash of the composed (unresolved) config."""
     from omegaconf import OmegaConf
 
-    return hashlib.sha256(OmegaConf.to_yaml(cfg, resolve=False).encode()).hexdigest()[:12]
+    doc = json.dumps(OmegaConf.to_container(cfg, resolve=False), sort_keys=True, default=str)
+    return hashlib.sha256(doc.encode()).hexdigest()[:12]
 
 
 # --------------------------------------------------------------------------- build
@@ -231,7 +232,8 @@ def build_spec(c: Composed, ctx: Context) -> JobSpec:
         "git_sha": ctx.git_sha,
         "git_dirty": "1" if ctx.git_dirty else "0",
         "config_hash": config_hash(cfg),
-        "submitted_at": ctx.now.isoformat(timespec="seconds"),
+        "submitted_at": ctx.now.isoformat(timespec="milliseconds"),
+        "kind": str(rj.kind),
     }
 
     if rj.kind == "verl":

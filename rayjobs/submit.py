@@ -135,9 +135,18 @@ def send(prepared: Sequence[Prepared], address: Optional[str] = None) -> list[st
              "address": target.address, "sweep": p.spec.metadata.get("sweep", ""),
              "submitted_at": p.spec.metadata["submitted_at"], "metadata": dict(p.spec.metadata),
              "entrypoint": p.spec.entrypoint},
-            config_yaml=OmegaConf.to_yaml(p.composed.cfg, resolve=False),
+            config_yaml=_yaml(p.composed.cfg),
         )
     return ids
+
+
+def _yaml(cfg: Any) -> str:
+    """The config as YAML for the ledger (C dumper: a sweep writes one per point)."""
+    import yaml
+    from omegaconf import OmegaConf
+
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+    return yaml.dump(OmegaConf.to_container(cfg, resolve=False), Dumper=dumper, sort_keys=False)
 
 
 def run_points(points: Sequence[Composed], sweep: bool = False) -> list[str]:

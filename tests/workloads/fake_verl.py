@@ -9,7 +9,8 @@ It behaves like verl where rayjobs depends on it:
 * prints verl's console lines the way they arrive through Ray: ANSI-coloured
   ``(TaskRunner pid=..)`` prefix, tqdm ``\\r`` progress, ``np.float64(x)`` values,
   ``Total training steps: N``, a W&B run URL;
-* writes verl's file-logger JSONL to ``$VERL_FILE_LOGGER_PATH`` (truncated on start, as verl does);
+* writes verl's file-logger JSONL to the ``VERL_FILE_LOGGER_PATH`` its TaskRunner would see (from
+  ``ray_kwargs.ray_init.runtime_env.env_vars``; truncated on start, as verl does);
 * saves checkpoints as ``<default_local_dir>/global_step_N`` + ``latest_checkpointed_iteration.txt``
   every ``trainer.save_freq`` steps and resumes from it (``resume_mode=auto``).
 
@@ -72,7 +73,9 @@ def main() -> int:
     gpn = int(args.get("trainer.n_gpus_per_node", 1))
     pgs = hold_gpus([gpn] * nnodes) if args.get("fake.hold_gpus", "false").lower() == "true" else []
 
-    metrics_path = os.environ.get("VERL_FILE_LOGGER_PATH")
+    # Like verl: the file logger lives in the TaskRunner actor, which sees only the env vars of the
+    # runtime_env verl gives ray.init (ray_kwargs.ray_init.runtime_env.env_vars), not the driver's.
+    metrics_path = args.get("ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH")
     mf = open(metrics_path, "wb") if metrics_path else None  # verl truncates on every start
     start = 0
     tracker = os.path.join(ckpt_dir, "latest_checkpointed_iteration.txt") if ckpt_dir else ""
