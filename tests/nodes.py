@@ -36,7 +36,13 @@ import netns  # noqa: E402
 # PID 1 of a node: a private /tmp, then reap orphans (daemonized Ray processes end up here).
 _INIT = r"""
 import os, subprocess, sys, time
-subprocess.run(["mount", "--bind", sys.argv[1], "/tmp"], check=True)
+# Paths under /tmp that every node must still see (the checkout and its venv, when they live
+# there, as in a CI clone): bind them into the private /tmp first, then mount it recursively.
+for keep in sys.argv[3:]:
+    inner = os.path.join(sys.argv[1], os.path.relpath(keep, "/tmp"))
+    os.makedirs(inner, exist_ok=True)
+    subprocess.run(["mount", "--bind", keep, inner], check=True)
+subprocess.run(["mount", "--rbind", sys.argv[1], "/tmp"], check=True)
 open(sys.argv[2], "w").write("up")  # node dirs live outside /tmp, so the mount hides nothing
 while True:
     try:
@@ -48,6 +54,18 @@ while True:
 
 def _ip(*args: str) -> None:
     subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
+
+
+def _under_tmp() -> list[str]:
+    """The checkout and the Python prefix, if they live under /tmp (outermost first, no duplicates)."""
+    repo = Path(__file__).resolve().parent.parent
+    paths = {str(p) for p in (repo, Path(sys.prefix).resolve(), Path(sys.executable).resolve().parent.parent)
+             if str(p).startswith("/tmp/")}
+    out: list[str] = []
+    for p in sorted(paths, key=len):
+        if not any(p == o or p.startswith(o + "/") for o in out):
+            out.append(p)
+    return out
 
 
 class Node:
@@ -81,7 +99,7 @@ class Node:
         marker.unlink(missing_ok=True)
         self._unshare = subprocess.Popen(
             ["ip", "netns", "exec", self.ns, "unshare", "--pid", "--fork", "--mount-proc",
-             sys.executable, "-c", _INIT, str(self.tmp), str(marker)],
+             sys.executable, "-c", _INIT, str(self.tmp), str(marker), *_under_tmp()],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + timeout
