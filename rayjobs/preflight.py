@@ -884,13 +884,10 @@ def _fit_problems(client: Any, prepared: Sequence[Any]) -> list[tuple[int, Probl
         if not groups:
             continue
         state, reason = _verdict(groups, nodes)
-        if state == "never":
-            cfg = plain(p.composed.cfg)
-            out.append((i, Problem("trainer.nnodes x trainer.n_gpus_per_node",
-                                   f"{_get(cfg, 'trainer.nnodes')} x {_get(cfg, 'trainer.n_gpus_per_node')}",
-                                   f"can never run on this cluster: it {reason}",
-                                   "use fewer GPUs per node (trainer.n_gpus_per_node) or a bigger cluster")))
-        elif state == "wait":
+        # "Can never fit" is refused by the queue's check in submit.send, from the state API's node
+        # list; /api/cluster_status, read here, lags a node that just joined by seconds, so it
+        # only informs the "waits in the queue" note and never refuses a job.
+        if state == "wait":
             waiting.append(reason)
     if waiting and not out:
         note(f"{len(waiting)} of {len(prepared)} job(s) do not fit the free capacity now and wait in the queue "

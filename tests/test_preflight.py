@@ -219,19 +219,17 @@ def _prepared(*overrides: str):
                                                                      working_dir=os.getcwd())))]
 
 
-def test_cluster_fit_impossible_vs_queue_wait(workdir, capsys):
+def test_cluster_fit_queue_wait_is_a_note_never_a_refusal(workdir, capsys):
+    """Preflight only notes a queue wait; "can never fit" is the queue's refusal in submit.send
+    (tests/test_queue*.py, on a real cluster), because /api/cluster_status lags joining nodes."""
     target = SimpleNamespace(embedded=False, source="embedded")
     two_nodes = [(0, 2, 0, 8), (2, 2, 6, 8)]  # one node busy
-    # 1 x 2 GPUs fits an idle node: fine; 1 x 4 never fits a 2-GPU node.
     preflight.check_cluster(StubClient("2.60.0", two_nodes), _prepared("trainer.n_gpus_per_node=2"), target)
-    with pytest.raises(preflight.ConfigError, match=r"trainer\.nnodes x trainer\.n_gpus_per_node=.1 x 4.: can never run on this cluster: it needs"):
-        preflight.check_cluster(StubClient("2.60.0", two_nodes), _prepared("trainer.n_gpus_per_node=4"), target)
     # 2 x 2 fits the cluster, but not while one node is busy: a queue wait, not an error.
     preflight.check_cluster(StubClient("2.60.0", two_nodes), _prepared("trainer.n_gpus_per_node=2", "trainer.nnodes=2"), target)
     assert "do not fit the free capacity now and wait in the queue" in capsys.readouterr().err
-    # CPUs count too: 2 GPUs need 6 CPUs on the same node.
-    with pytest.raises(preflight.ConfigError, match="can never run on this cluster"):
-        preflight.check_cluster(StubClient("2.60.0", [(0, 2, 0, 4)]), _prepared("trainer.n_gpus_per_node=2"), target)
+    # A stale view that shows too few GPUs never refuses here.
+    preflight.check_cluster(StubClient("2.60.0", two_nodes), _prepared("trainer.n_gpus_per_node=4"), target)
 
 
 def test_cluster_ray_version_mismatch(workdir):
