@@ -18,11 +18,5 @@ def main() -> None:
     """
 
 
-from rayjobs.cli import local as _local  # noqa: E402,F401  (registers commands)
-
-for _mod in ("jobs", "cluster"):
-    try:
-        __import__(f"rayjobs.cli.{_mod}")
-    except ImportError as _e:  # a module not written yet must not break the others
-        if f"rayjobs.cli.{_mod}" not in str(_e):
-            raise
+# Each module registers its commands on `main` (imports are light: click only).
+from rayjobs.cli import cluster, jobs, local  # noqa: E402,F401
