@@ -20,7 +20,7 @@ Rank-aware, idempotent, no fixed sleeps:
   helper, never below this script: SkyPilot SIGTERMs what it last saw below a `run` script when
   the script exits.
 * a node whose Ray is already part of the cluster changes nothing; a node whose Ray is gone
-  (reboot, crash) starts it again and rejoins. It never runs ``ray stop``: SkyPilot's own Ray
+  (reboot, crash) starts it again and rejoins. It never runs Ray's stop command: SkyPilot's own Ray
   (6380/8266/8076, agent 52365) runs on the same machine. Stale processes of *our* previous
   session (recorded in ``node.json``) are ended by PID, only when the head no longer knows the node.
 * secrets (``WANDB_API_KEY``, ``HF_TOKEN``, ...) present in this script's environment (SkyPilot

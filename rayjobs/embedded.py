@@ -3,7 +3,7 @@
 With no address configured, rayjobs starts (or reuses) this head and says so on stderr. It binds
 only to 127.0.0.1: ``--node-ip-address=127.0.0.1`` plus ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``
 (without it Ray 2.60 switches to the machine's interface address). Its state lives under
-``$RAYJOBS_HOME/local``; it is stopped by PID with ``rayjobs local stop``, never ``ray stop``.
+``$RAYJOBS_HOME/local``; it is stopped by PID with ``rayjobs local stop``, never with the `ray` CLI's stop.
 """
 
 from __future__ import annotations
@@ -166,7 +166,7 @@ def _session_pids(temp: Path) -> list[int]:
 
 
 def stop(timeout: float = 20.0) -> bool:
-    """Stop the embedded head by PID (never `ray stop`, which would also stop other Rays)."""
+    """Stop the embedded head by PID (never the `ray` CLI's stop, which would also stop other Rays)."""
     try:
         rec = json.loads(record_file().read_text())
     except (OSError, ValueError):

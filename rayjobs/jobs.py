@@ -52,7 +52,7 @@ def submit(c: Any, kwargs: dict[str, Any]) -> str:
         if "already exists" in msg:
             raise SubmitError(f"a job with id {kwargs.get('submission_id')} already exists on the cluster; resubmit to get a new id") from e
         if "exceeds the maximum" in msg or "too large" in msg.lower() or "EntityTooLarge" in msg:
-            raise ConfigError(f"the working_dir upload was refused as too large: exclude big files (rayjobs.excludes or .gitignore)") from e
+            raise ConfigError("the working_dir upload was refused as too large: exclude big files (rayjobs.excludes or .gitignore)") from e
         raise SubmitError(f"the cluster refused the job: {msg[:300]}") from e
 
 

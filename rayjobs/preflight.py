@@ -21,7 +21,6 @@ Ray/verl version match and the per-node fit of the job's GPU groups.
 from __future__ import annotations
 
 import ast
-import contextlib
 import functools
 import importlib.util
 import json
@@ -32,7 +31,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Optional, Sequence
+from typing import Any, Iterable, Optional, Sequence
 
 from rayjobs.errors import ConfigError, closest
 
@@ -201,30 +200,6 @@ def _as_list(v: Any) -> list[str]:
 
 
 # =========================================================================== resolving points fast
-@contextlib.contextmanager
-def _memo_parse() -> Iterator[None]:
-    """OmegaConf re-parses every ``${...}`` with ANTLR on each access (~1-2 ms each, ~110 per verl
-    config); the points of a sweep share those strings, so parse each one once. Parse trees are
-    only visited, never changed."""
-    import omegaconf.base as ob
-
-    orig = ob.parse
-    cache: dict[tuple, Any] = {}
-
-    def parse(value: str, parser_rule: str = "configValue", lexer_mode: str = "DEFAULT_MODE") -> Any:
-        k = (value, parser_rule, lexer_mode)
-        tree = cache.get(k)
-        if tree is None:
-            tree = cache[k] = orig(value, parser_rule, lexer_mode)
-        return tree
-
-    ob.parse = parse
-    try:
-        yield
-    finally:
-        ob.parse = orig
-
-
 def _interp_tokens(raw: Any, out: set[str]) -> set[str]:
     if isinstance(raw, dict):
         for v in raw.values():
@@ -278,8 +253,10 @@ def resolve_points(cfgs: Sequence[Any]) -> list[dict]:
 
     from omegaconf import OmegaConf
 
+    from rayjobs import compose
+
     out: list[dict] = []
-    with _memo_parse():
+    with compose.memo_interpolations():
         raws = [OmegaConf.to_container(c, resolve=False) for c in cfgs]
         first = OmegaConf.to_container(cfgs[0], resolve=True, throw_on_missing=False)
         tokens = _interp_tokens(raws[0], set())

@@ -104,8 +104,6 @@ def dry_run_report(prepared: Sequence[Prepared]) -> str:
 
 def send(prepared: Sequence[Prepared], address: Optional[str] = None) -> list[str]:
     """The second half: connect, upload the working_dir once, submit all points in parallel, record."""
-    from omegaconf import OmegaConf
-
     from rayjobs import embedded, jobs, ledger
 
     target = settings.resolve_target(address)

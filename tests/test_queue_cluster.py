@@ -4,7 +4,7 @@ Every node is a ``ray start`` on 127.0.0.1 (several raylets on one IP work when 
 ports and worker-port range), declaring ``--num-gpus``/``--num-cpus`` (Ray does not check GPUs).
 It runs inside whatever network namespace the caller is in (the test session's, or a benchmark's
 private one). ``HOME`` and ``RAY_AUTH_MODE`` are pinned so a stray ``~/.ray/auth_token`` cannot
-switch auth on; the cluster is stopped by PID only (never ``ray stop``).
+switch auth on; the cluster is stopped by PID only (never the `ray` CLI's stop).
 """
 
 from __future__ import annotations
@@ -135,7 +135,7 @@ class FakeGpuCluster:
         return sorted(out)
 
     def stop(self, timeout: float = 20.0) -> None:
-        """SIGTERM then SIGKILL every PID of this cluster (never `ray stop`)."""
+        """SIGTERM then SIGKILL every PID of this cluster (never the `ray` CLI's stop)."""
         for sig in (signal.SIGTERM, signal.SIGKILL):
             pids = self.pids()
             for pid in pids:

@@ -13,10 +13,9 @@ sweeper minus its per-point pre-composition, which this launcher does itself.
 
 
 
-import contextlib
 import pickle
 from dataclasses import dataclass
-from typing import Any, Iterator, List, Optional, Sequence
+from typing import Any, List, Optional, Sequence
 
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper, BasicSweeperConf
 from hydra.core.config_store import ConfigStore
@@ -41,33 +40,6 @@ ConfigStore.instance().store(group="hydra/launcher", name="rayjobs", node=Rayjob
 ConfigStore.instance().store(group="hydra/sweeper", name="rayjobs", node=RayjobsSweeperConf, provider="rayjobs")
 
 
-@contextlib.contextmanager
-def memo_interpolations() -> Iterator[None]:
-    """Parse each ``${...}`` string once for the whole sweep.
-
-    OmegaConf re-parses an interpolation with ANTLR on every access (~1 ms each, ~110 in verl's
-    config), and every point of a sweep carries the same strings. Parse trees are only visited,
-    never changed, so sharing them is safe.
-    """
-    import omegaconf.base as ob
-
-    orig = ob.parse
-    cache: dict[tuple, Any] = {}
-
-    def parse(value: str, parser_rule: str = "configValue", lexer_mode: str = "DEFAULT_MODE") -> Any:
-        key = (value, parser_rule, lexer_mode)
-        tree = cache.get(key)
-        if tree is None:
-            tree = cache[key] = orig(value, parser_rule, lexer_mode)
-        return tree
-
-    ob.parse = parse
-    try:
-        yield
-    finally:
-        ob.parse = orig
-
-
 class RayjobsSweeper(BasicSweeper):
     """Hydra's basic sweeper (same syntax, batches, cartesian products) without re-composing each point."""
 
@@ -88,9 +60,10 @@ class RayjobsLauncher(Launcher):
         self.hydra_context = hydra_context
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        from rayjobs import compose
         from rayjobs.submit import run_points
 
-        with memo_interpolations():
+        with compose.memo_interpolations():
             points = self.compose_points([list(o) for o in job_overrides])
             ids = run_points(points, sweep=True)
         returns = []

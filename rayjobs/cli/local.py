@@ -37,7 +37,7 @@ def local_status() -> None:
 
 @local.command("stop")
 def local_stop() -> None:
-    """Stop the embedded head by PID (never `ray stop`)."""
+    """Stop the embedded head by PID (never the `ray` CLI's stop, which ends every Ray on the machine)."""
     from rayjobs import embedded
 
     ok = embedded.stop()
