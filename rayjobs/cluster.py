@@ -23,7 +23,6 @@ import json
 import os
 import secrets as _secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -314,14 +313,12 @@ def _remote_state(name: str) -> dict[str, Any]:
 
 
 def _free_port(preferred: int) -> int:
-    for port in (preferred, 0):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-                return s.getsockname()[1]
-            except OSError:
-                continue
-    raise ClusterError("no free local port for the tunnel")
+    from rayjobs.embedded import free_port
+
+    port = free_port(preferred)
+    if port is None:
+        raise ClusterError("no free local port for the tunnel")
+    return port
 
 
 def _tunnel_alive(tunnel: dict[str, Any]) -> bool:

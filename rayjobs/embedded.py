@@ -58,7 +58,8 @@ def _alive(url: str, timeout: float = 1.0) -> bool:
         return False
 
 
-def _free_port(preferred: int) -> int:
+def free_port(preferred: int) -> Optional[int]:
+    """``preferred`` if it is free on 127.0.0.1, else any free port; None if none is."""
     for port in (preferred, 0):
         with socket.socket() as s:
             try:
@@ -66,7 +67,14 @@ def _free_port(preferred: int) -> int:
                 return s.getsockname()[1]
             except OSError:
                 continue
-    raise ClusterUnreachable("no free local port for the embedded Ray head")
+    return None
+
+
+def _free_port(preferred: int) -> int:
+    port = free_port(preferred)
+    if port is None:
+        raise ClusterUnreachable("no free local port for the embedded Ray head")
+    return port
 
 
 def running() -> Optional[dict[str, Any]]:
