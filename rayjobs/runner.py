@@ -107,6 +107,8 @@ def run_attempts(argv: list[str], meta: dict[str, Any], base_env: dict[str, str]
             run_dir.mkdir(parents=True, exist_ok=True)
             attempt = next_attempt(run_dir)
             env["VERL_FILE_LOGGER_PATH"] = str(run_dir / f"metrics.{attempt}.jsonl")
+            # Claimed now, so an attempt that dies before verl's logger starts still counts.
+            Path(env["VERL_FILE_LOGGER_PATH"]).touch()
             env["RAYJOBS_ATTEMPT"] = str(attempt)
             log(f"attempt {attempt} of run {meta.get('run', '?')} (metrics: {env['VERL_FILE_LOGGER_PATH']})")
         started = time.monotonic()

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On the GPU machine, repo root as cwd, as the last call of the chain (docs/gpu-e2e.md):
 #   bash scripts/gpu/device_run.sh [MODE] [extra rayjobs/verl overrides...]
-# MODE: both (default: rayjobs submit, then the same verl command through plain `ray job submit`),
+# MODE: suite (default: everything issue 7 asks for, see scripts/gpu/suite.sh),
+#       both (one rayjobs submit, then the same verl command through plain `ray job submit`),
 #       rayjobs, plain, setup (install + model/data + head only).
 # Unpacks the bundle, makes the tiny model and data, starts rayjobs' embedded Ray head on
 # 127.0.0.1 (token auth) with the environment of scripts/gpu/env.sh, then runs the tiny GRPO run.
@@ -11,9 +12,9 @@
 set -uo pipefail
 T0=$(date +%s)
 LIMIT=${LIMIT:-540}
-MODE=${1:-both}; shift || true
+MODE=${1:-suite}; shift || true
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-W=/root/work; mkdir -p $W
+W=${W:-/root/work}; mkdir -p $W
 left() { echo $(( LIMIT - ($(date +%s) - T0) )); }
 mark() { echo "### [t=$(( $(date +%s) - T0 ))s] $*"; }
 
@@ -58,16 +59,23 @@ collect() {   # logs of the Ray session, metrics files, checkpoints listing
     echo "--- runs (rayjobs metrics files)"; find $STORAGE/runs -type f -exec ls -la {} \; 2>/dev/null
     echo "--- other verl jsonl"; find $s/runtime_resources /root -name '*.jsonl' -newer $REC 2>/dev/null | grep -v "^$STORAGE/runs" | head
   } > $W/collect.txt 2>&1
-  tar -czf $OUT/logs.tgz -C $W collect.txt -C $s logs --exclude='logs/events' 2>/dev/null
+  # $W holds the small files (collect.txt, the jobs' logs, ids, list/plot output); logs/ is Ray's
+  tar -czf $OUT/logs.tgz --exclude='logs/events' -C $(dirname $W) $(basename $W) -C $s logs 2>/dev/null
   if [ $(stat -c %s $OUT/logs.tgz) -gt 15000000 ]; then
-    tar -czf $OUT/logs.tgz -C $W collect.txt -C $s --exclude='python-core-*' --exclude='logs/events' logs
+    tar -czf $OUT/logs.tgz --exclude='python-core-*' --exclude='logs/events' -C $(dirname $W) $(basename $W) -C $s logs
   fi
-  cp $W/collect.txt $OUT/collect.txt
 }
 stop_job() { RAY_ADDRESS=$DASH timeout 70 ray job stop "$1" >/dev/null 2>&1; }
 gpu_free() {  # the previous job's actors exit with its driver; give Ray a moment to return the GPU
   sleep 10   # (`ray status` is not used: against the token-auth head it timed out in a local dry run)
 }
+
+if [ "$MODE" = suite ]; then
+  source scripts/gpu/suite.sh "$@"
+  collect
+  mark "done"
+  exit 0
+fi
 
 if [ "$MODE" = both ] || [ "$MODE" = rayjobs ]; then
   TA=$(( $(left) - 40 ))                                   # alone: all the time there is
