@@ -36,7 +36,9 @@ mark "model + data"
 [ -f $STORAGE/models/tiny-qwen2/config.json ] || python3 scripts/gpu/make_tiny.py $STORAGE 2>&1 | grep -v Writing
 
 mark "embedded head"
-python3 -m rayjobs.cli local start
+# setsid: the head outlives this call (a device call ends by killing what it started, except new sessions),
+# so the next call can tail or plot jobs that are still running.
+setsid -w python3 -m rayjobs.cli local start
 REC=$RAYJOBS_HOME/local/head.json
 DASH=$(python3 -c "import json; print(json.load(open('$REC'))['dashboard'])")
 GCS=$(python3 -c "import json; print(json.load(open('$REC'))['gcs'])")

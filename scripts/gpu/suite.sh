@@ -41,7 +41,7 @@ $RJ list --sweep $S 2>&1 | tee $W/list1.txt | tee -a $W/summary.txt
     sleep 2
   done
   sleep 1
-  pids=$(pgrep -f "ray::TaskRunner")
+  pids=$(pgrep -f "^ray::TaskRunner")   # anchored: an unanchored pattern also matches a shell whose command line holds it
   echo "### [t=$(( $(date +%s) - T0 ))s] crash: kill -9 TaskRunner actor(s) $pids of $J2 after its step-5 checkpoint"
   [ -n "$pids" ] && kill -9 $pids
 ) &
