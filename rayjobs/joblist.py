@@ -125,7 +125,7 @@ def base_row(job: Any, over: Optional[dict[str, Any]] = None) -> dict[str, Any]:
         "sweep": m.get("sweep", "") or None,
         "overrides": _list(m.get("overrides")),
         "priority": priority,
-        "attempt": 0 if status == "PENDING" or over.get("status") == "QUEUED" else None,
+        "attempt": 0 if status == "PENDING" or over.get("status") in ("QUEUED", "PENDING") else None,
         "submitted_at": sub,
         "queue_position": over.get("queue_position"),
         "sweep_overrides": _list(m.get("sweep_overrides")),

@@ -413,8 +413,12 @@ class QueueActor:
                   "waiting_s": round(now - e.req.since, 1), "reason": e.note} for i, e in enumerate(self._order())]
         running = [{"id": e.req.id, "gpu_groups": e.req.groups, "unplaced": e.unplaced,
                     "admitted_at": round(e.admitted_at, 3)} for e in self.admitted.values()]
+        # Jobs admitted lately (newest first), so a reader can tell a runner that has not asked yet
+        # (Ray already says RUNNING) from one that finished with the GPUs and is exiting.
+        seen = list(dict.fromkeys(sid for _, what, sid in reversed(self.events) if what in ("admitted", "restored")))
         return {"protocol": PROTOCOL, "updated_at": round(now, 3), "backfill_s": self.backfill_s,
-                "reserving_for": self.reserving_for, "queue": queue, "admitted": running, "cluster": self._cluster}
+                "reserving_for": self.reserving_for, "queue": queue, "admitted": running,
+                "seen": seen[:200], "cluster": self._cluster}
 
     def _write_status(self) -> None:
         if not self._status_path:
@@ -670,13 +674,36 @@ def overlay(client: Any, jobs: Optional[Iterable[Any]] = None) -> dict[str, dict
     if not doc:
         return {}
     live: Optional[set[str]] = None
+    starting: dict[str, dict[str, Any]] = {}
     if jobs is not None:
         live = set()
+        known = ({e["id"] for e in doc.get("queue", [])} | {e["id"] for e in doc.get("admitted", [])}
+                 | set(doc.get("seen", [])))
         for j in jobs:
             if isinstance(j, str) or _status_of(j) in ("RUNNING", "PENDING"):
                 live.add(j if isinstance(j, str) else _id_of(j))
-    return {e["id"]: {"status": "QUEUED", "queue_position": int(e["position"])}
-            for e in doc.get("queue", []) if live is None or e["id"] in live}
+            # Ray says RUNNING as soon as the entrypoint starts, seconds before rayjobs' runner has
+            # asked the queue (seen on the H200: a job about to wait showed RUNNING). A GPU job the
+            # queue has not seen yet is still starting: say PENDING rather than promise it the GPUs.
+            if (not isinstance(j, str) and _status_of(j) == "RUNNING" and _id_of(j) not in known
+                    and "seen" in doc and _wants_gpus(j)):
+                starting[_id_of(j)] = {"status": "PENDING", "queue_position": None}
+    queued = {e["id"]: {"status": "QUEUED", "queue_position": int(e["position"])}
+              for e in doc.get("queue", []) if live is None or e["id"] in live}
+    return {**starting, **queued}
+
+
+def _meta_of(j: Any) -> dict[str, Any]:
+    m = j.get("metadata") if isinstance(j, dict) else getattr(j, "metadata", None)
+    return dict(m or {})
+
+
+def _wants_gpus(j: Any) -> bool:
+    """Does this job's runner ask the queue (it has GPU groups)?"""
+    try:
+        return bool(capacity.clean_groups(json.loads(_meta_of(j).get("gpu_groups") or "[]")))
+    except (TypeError, ValueError):
+        return False
 
 
 # --------------------------------------------------------------------------- submit-time check

@@ -103,3 +103,22 @@ def test_overlay_reports_only_live_queued_jobs(monkeypatch):
     assert set(queue.overlay(None)) == {"j2", "j3", "gone"}
     monkeypatch.setattr(queue, "read_status", lambda client: None)
     assert queue.overlay(None, jobs) == {}
+
+
+def test_overlay_says_pending_for_a_gpu_job_the_queue_has_not_seen_yet(monkeypatch):
+    # Ray reports RUNNING once the entrypoint starts, before the runner has asked the queue.
+    doc = {"queue": [], "admitted": [{"id": "old"}], "seen": ["old", "done"]}
+    monkeypatch.setattr(queue, "read_status", lambda client: doc)
+    gpu = {"gpu_groups": "[1]"}
+    jobs = [{"submission_id": "new", "status": "RUNNING", "metadata": gpu},
+            {"submission_id": "old", "status": "RUNNING", "metadata": gpu},
+            {"submission_id": "done", "status": "RUNNING", "metadata": gpu},      # released, exiting
+            {"submission_id": "cpu", "status": "RUNNING", "metadata": {"gpu_groups": "[]"}},
+            {"submission_id": "raw", "status": "RUNNING", "metadata": {}},
+            {"submission_id": "ended", "status": "SUCCEEDED", "metadata": gpu}]
+    assert queue.overlay(None, jobs) == {"new": {"status": "PENDING", "queue_position": None}}
+    doc["admitted"].append({"id": "new"})
+    assert queue.overlay(None, jobs) == {}
+    del doc["seen"]  # a queue from before this field: no guessing
+    doc["admitted"].pop()
+    assert queue.overlay(None, jobs) == {}
