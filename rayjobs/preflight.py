@@ -200,16 +200,35 @@ def _as_list(v: Any) -> list[str]:
 
 
 # =========================================================================== resolving points fast
-def _interp_tokens(raw: Any, out: set[str]) -> set[str]:
+_REF = re.compile(r"(?<![\w.])(\.*)([A-Za-z_]\w*(?:\.\w+)*)")
+
+
+def _interp_refs(raw: Any, refs: tuple[set[str], set[str]]) -> tuple[set[str], set[str]]:
+    """What the ``${...}`` strings in ``raw`` may read: (absolute dotted names, names in relative refs).
+
+    Over-approximates (resolver names and literal words count as names too): a false hit only
+    costs one full resolve.
+    """
     if isinstance(raw, dict):
         for v in raw.values():
-            _interp_tokens(v, out)
+            _interp_refs(v, refs)
     elif isinstance(raw, list):
         for v in raw:
-            _interp_tokens(v, out)
+            _interp_refs(v, refs)
     elif isinstance(raw, str) and "${" in raw:
-        out.update(re.findall(r"\w+", raw))
-    return out
+        for dots, name in _REF.findall(raw):
+            if dots:
+                refs[1].update(name.split("."))
+            else:
+                refs[0].add(name)
+    return refs
+
+
+def _read_by_interp(path: tuple, refs: tuple[set[str], set[str]]) -> bool:
+    """Might an interpolation read the leaf at ``path`` (itself, a parent or a child of it)?"""
+    key = ".".join(str(k) for k in path)
+    return (any(r == key or key.startswith(r + ".") or r.startswith(key + ".") for r in refs[0])
+            or bool(set(map(str, path)) & refs[1]))
 
 
 def _leaf_diff(a: Any, b: Any, path: tuple = ()) -> Optional[list[tuple[tuple, Any]]]:
@@ -246,34 +265,27 @@ def resolve_points(cfgs: Sequence[Any]) -> list[dict]:
     """Resolved plain dicts of a sweep's points, resolving the full tree once.
 
     A point whose unresolved tree differs from the first point's only in leaves that no
-    interpolation mentions (no path component of theirs appears in any ``${...}``) is the first
+    interpolation reads (see :func:`_read_by_interp`) is the first
     point's resolved tree with those leaves replaced; any other point is resolved in full.
     """
-    import copy
-
     from omegaconf import OmegaConf
 
     from rayjobs import compose
 
     out: list[dict] = []
     with compose.memo_interpolations():
-        raws = [OmegaConf.to_container(c, resolve=False) for c in cfgs]
+        raws = [compose.raw(c) for c in cfgs]
         first = OmegaConf.to_container(cfgs[0], resolve=True, throw_on_missing=False)
-        tokens = _interp_tokens(raws[0], set())
+        refs = _interp_refs(raws[0], (set(), set()))
         for c, raw in zip(cfgs, raws):
             diff = _leaf_diff(raws[0], raw) if out else []
-            if diff is None or any(isinstance(v, (str, list)) and "${" in json.dumps(v, default=str) or set(p) & tokens
+            if diff is None or any(isinstance(v, (str, list)) and "${" in json.dumps(v, default=str) or _read_by_interp(p, refs)
                                    for p, v in diff):
                 d = OmegaConf.to_container(c, resolve=True, throw_on_missing=False)
             elif not diff:
                 d = first
-            else:
-                d = copy.deepcopy(first)
-                for p, v in diff:
-                    node = d
-                    for k in p[:-1]:
-                        node = node[k]
-                    node[p[-1]] = v
+            else:  # shares all but the changed paths with `first` (plain dicts are read-only here)
+                d = compose.with_leaves(first, diff)
             if len(_PLAIN) > 512:
                 _PLAIN.clear()
             _PLAIN[id(c)] = (c, d)

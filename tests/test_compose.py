@@ -186,3 +186,59 @@ def test_preset_keys_verl_lacks_are_added_with_plus_plus(fixed_env, tmp_path):
     with initialize_config_dir(config_dir=str(compose.verl_config_dir()), version_base=None):
         cfg = hcompose(config_name="ppo_trainer", overrides=[a for a in args if a.startswith(("++", "actor_rollout_ref.rollout"))])
     assert cfg.actor_rollout_ref.model.override_config.attn_implementation == "sdpa"
+
+
+def test_c_yaml_loader_composes_exactly_like_omegaconfs_own(fixed_env, tmp_path):
+    from omegaconf import OmegaConf
+    from omegaconf import _utils
+
+    presets = ["ppo_gsm8k_qwen05b", "grpo_7b", "gpu_tiny_grpo", "prepare_data"]
+    compose.make_hydra()  # installs the C loader
+    assert getattr(_utils.get_yaml_loader, "_rayjobs", False)
+    fast = {e: OmegaConf.to_container(compose.compose([f"+exp={e}"]).cfg, resolve=False) for e in presets}
+    c_loader, _utils.get_yaml_loader = _utils.get_yaml_loader, _utils.get_yaml_loader.python_loader
+    compose.C_YAML = False
+    try:
+        slow = {e: OmegaConf.to_container(compose.compose([f"+exp={e}"]).cfg, resolve=False) for e in presets}
+        assert not getattr(_utils.get_yaml_loader, "_rayjobs", False)  # really the pure-Python one
+    finally:
+        compose.C_YAML = True
+        _utils.get_yaml_loader = c_loader
+    assert json.dumps(fast, sort_keys=True, default=repr) == json.dumps(slow, sort_keys=True, default=repr)
+    # OmegaConf's rules kept: floats like 1e-3, no timestamps, duplicate keys refused
+    p = tmp_path / "x.yaml"
+    p.write_text("a: 1e-3\nb: 2001-12-14\nc: .5\n")
+    assert OmegaConf.to_container(OmegaConf.load(p)) == {"a": 0.001, "b": "2001-12-14", "c": 0.5}
+    p.write_text("a: 1\na: 2\n")
+    with pytest.raises(Exception, match="duplicate key a"):
+        OmegaConf.load(p)
+
+
+@pytest.mark.parametrize("updates", [
+    {"trainer.total_epochs": 7},                                              # a plain leaf
+    {"actor_rollout_ref.actor.optim.lr": 3e-6, "data.train_batch_size": 64},  # two leaves
+    {"trainer.logger": ["console", "file"]},                                  # a list
+    {"trainer.project_name": "${trainer.experiment_name}"},                   # an interpolation string
+    {"trainer.n_gpus_per_node": 4},                                           # a leaf interpolations read
+])
+def test_sweep_points_derived_from_the_base_equal_full_work(fixed_env, updates):
+    import pickle
+
+    from omegaconf import OmegaConf
+
+    from rayjobs import preflight
+
+    base = compose.compose(["+exp=ppo_gsm8k_qwen05b"])
+    cfg = pickle.loads(pickle.dumps(base.cfg))
+    OmegaConf.set_readonly(cfg, False)
+    for k, v in updates.items():
+        OmegaConf.update(cfg, k, v, merge=False)
+    OmegaConf.set_readonly(cfg, True)
+    base_raw = compose.raw(base.cfg)
+    derived = compose.derive_raw(base_raw, cfg, list(updates))
+    assert derived == OmegaConf.to_container(cfg, resolve=False)
+    assert base_raw == OmegaConf.to_container(base.cfg, resolve=False)  # the shared base is untouched
+    compose.remember_raw(cfg, derived)
+    fast = preflight.resolve_points([base.cfg, cfg])
+    assert fast[1] == OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
+    assert fast[0] == OmegaConf.to_container(base.cfg, resolve=True, throw_on_missing=False)

@@ -88,6 +88,7 @@ class RayjobsLauncher(Launcher):
         # unpickling rebuilds the node tree without re-validating ~1000 nodes (a few ms per
         # point, against ~50-100 ms for OmegaConf.create or a deepcopy on a 2-core machine).
         blob = pickle.dumps(base.cfg)
+        base_raw = compose.raw(base.cfg)
         out = [base]
         for overrides in batch[1:]:
             diff = [o for o in overrides if o not in base_overrides]
@@ -100,7 +101,10 @@ class RayjobsLauncher(Launcher):
                         OmegaConf.update(cfg, p.key_or_group, p.value(), merge=False, force_add=p.is_add())
                 with open_dict(cfg):
                     cfg["hydra"] = {"runtime": {"choices": {"exp": base.experiment}}}
-                out.append(compose.finish(cfg, overrides))
+                point = compose.finish(cfg, overrides)
+                # its plain copy, too, is the base's with the swept leaves set (no full walk)
+                compose.remember_raw(point.cfg, compose.derive_raw(base_raw, point.cfg, [p.key_or_group for p in parsed]))
+                out.append(point)
             else:  # a config group changes: compose this point in full
                 with compose.translate_errors(overrides):
                     cfg = loader.load_sweep_config(self.config, list(overrides))
