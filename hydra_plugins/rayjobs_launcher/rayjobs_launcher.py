@@ -81,9 +81,11 @@ class RayjobsLauncher(Launcher):
         loader = self.hydra_context.config_loader
         parser = OverridesParser.create(config_loader=loader)
         base_overrides = batch[0]
-        with compose.translate_errors(base_overrides):
-            base_cfg = loader.load_sweep_config(self.config, list(base_overrides))
-        base = compose.finish(base_cfg, base_overrides)
+        base = self._from_sweep_config(parser, base_overrides)
+        if base is None:
+            with compose.translate_errors(base_overrides):
+                base_cfg = loader.load_sweep_config(self.config, list(base_overrides))
+            base = compose.finish(base_cfg, base_overrides)
         # A pickle of the finished base config is the cheap way to a private copy of it:
         # unpickling rebuilds the node tree without re-validating ~1000 nodes (a few ms per
         # point, against ~50-100 ms for OmegaConf.create or a deepcopy on a 2-core machine).
@@ -110,6 +112,31 @@ class RayjobsLauncher(Launcher):
                     cfg = loader.load_sweep_config(self.config, list(overrides))
                 out.append(compose.finish(cfg, overrides))
         return out
+
+    def _from_sweep_config(self, parser: Any, overrides: List[str]) -> Optional[Any]:
+        """The first point, derived from the config Hydra already composed for the sweep.
+
+        That config has every override but the swept ones applied; when the first point's swept
+        values are plain keys, setting them on a copy saves a second full composition.
+        None when a swept override is anything else (a group, an addition, a deletion).
+        """
+        from rayjobs import compose
+
+        assert self.config is not None
+        typed = OmegaConf.select(self.config, "hydra.overrides.task", default=None)
+        choices = OmegaConf.select(self.config, "hydra.runtime.choices", default=None)
+        if typed is None or not choices or not choices.get("exp"):
+            return None
+        diff = [o for o in overrides if o not in set(typed)]
+        parsed = parser.parse_overrides(diff)
+        if not all(self._plain(p, self.config) for p in parsed):
+            return None
+        cfg = pickle.loads(pickle.dumps(self.config))
+        OmegaConf.set_readonly(cfg, False)
+        with compose.translate_errors(diff):
+            for p in parsed:
+                OmegaConf.update(cfg, p.key_or_group, p.value(), merge=False, force_add=p.is_add())
+        return compose.finish(cfg, overrides)
 
     @staticmethod
     def _plain(p: Any, cfg: DictConfig) -> bool:
