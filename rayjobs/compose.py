@@ -378,58 +378,6 @@ def _own_keys() -> list[str]:
     return [k for k, _ in flatten({"rayjobs": data.get("rayjobs", {})})]
 
 
-# --------------------------------------------------------------------------- plain copies
-# The unresolved config as plain dicts/lists, once per config object: the config hash, the
-# preflight and the ledger all need it, and OmegaConf.to_container walks verl's ~3500 nodes in
-# ~15 ms. Shared and read-only: callers must not change what raw() returns.
-_RAW: dict[int, tuple[Any, dict]] = {}
-
-
-def raw(cfg: Any) -> dict:
-    """``OmegaConf.to_container(cfg, resolve=False)``, computed once per (read-only) config."""
-    hit = _RAW.get(id(cfg))
-    if hit is not None and hit[0] is cfg:
-        return hit[1]
-    from omegaconf import OmegaConf
-
-    d = OmegaConf.to_container(cfg, resolve=False)
-    remember_raw(cfg, d)
-    return d
-
-
-def remember_raw(cfg: Any, d: dict) -> None:
-    """Record ``d`` as ``raw(cfg)`` (the launcher derives a sweep point's from the base's)."""
-    if len(_RAW) > 1024:
-        _RAW.clear()
-    _RAW[id(cfg)] = (cfg, d)
-
-
-def with_leaves(base: dict, leaves: Iterable[tuple[Sequence[str], Any]]) -> dict:
-    """``base`` with some leaves replaced, copying only the dicts on their paths (the rest is shared)."""
-    out = dict(base)
-    for path, value in leaves:
-        node = out
-        for k in path[:-1]:
-            node[k] = dict(node[k])
-            node = node[k]
-        node[path[-1]] = value
-    return out
-
-
-def derive_raw(base_raw: dict, cfg: Any, keys: Iterable[str]) -> dict:
-    """raw(cfg) for a config that differs from the one ``base_raw`` came from only at ``keys``."""
-    from omegaconf import Container, OmegaConf
-
-    leaves = []
-    for key in keys:
-        parent_key, _, leaf = key.rpartition(".")
-        parent = OmegaConf.select(cfg, parent_key) if parent_key else cfg
-        node = parent._get_node(leaf)
-        leaves.append((key.split("."), OmegaConf.to_container(node, resolve=False) if isinstance(node, Container)
-                       else node._value()))
-    return with_leaves(base_raw, leaves)
-
-
 @contextlib.contextmanager
 def memo_interpolations() -> Iterator[None]:
     """Parse each ``${...}`` string once for the whole sweep.

@@ -390,7 +390,8 @@ def check_overrides(overrides: list[str]) -> list[str]:
     from omegaconf import OmegaConf
 
     from rayjobs import compose as rc
-    from rayjobs import preflight
+    from rayjobs.inputs import runtime_problems
+    from rayjobs.rules import UNSET, VERL_FIX, Problem
 
     with initialize_config_dir(config_dir=str(rc.verl_config_dir()), version_base=None):
         cfg = compose(config_name="ppo_trainer", overrides=list(overrides))
@@ -399,9 +400,8 @@ def check_overrides(overrides: list[str]) -> list[str]:
     results, why = validate([plain])  # the warm helper, shared by the jobs of this node
     if results is None:
         print(f"[rayjobs] preflight: verl's own validation did not run ({why})", file=sys.stderr)
-    lines = [preflight.Problem(p["key"], preflight._UNSET, p["rule"], preflight.VERL_FIX).line()
-             for p in (results or [[]])[0]]
-    lines += [p.line() for p in preflight.runtime_problems(cfg, env_names=set(os.environ), working_dir=os.getcwd())]
+    lines = [Problem(p["key"], UNSET, p["rule"], VERL_FIX).line() for p in (results or [[]])[0]]
+    lines += [p.line() for p in runtime_problems(cfg, env_names=set(os.environ), working_dir=os.getcwd())]
     return lines
 
 

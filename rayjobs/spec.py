@@ -189,9 +189,9 @@ def gpu_groups(cfg: Any) -> list[int]:
 
 def config_hash(cfg: Any) -> str:
     """Stable short hash of the composed (unresolved) config."""
-    from rayjobs import compose
+    from rayjobs import plain
 
-    doc = json.dumps(compose.raw(cfg), sort_keys=True, default=str)
+    doc = json.dumps(plain.raw(cfg), sort_keys=True, default=str)
     return hashlib.sha256(doc.encode()).hexdigest()[:12]
 
 

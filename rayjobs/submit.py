@@ -144,13 +144,13 @@ def _yaml(cfg: Any) -> str:
     """The config as YAML for the ledger (C dumper: a sweep writes one per point)."""
     import yaml
 
-    from rayjobs import compose
+    from rayjobs import plain
 
     class Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
         def ignore_aliases(self, data: Any) -> bool:  # plain copies may share nodes: no &id001 anchors
             return True
 
-    return yaml.dump(compose.raw(cfg), Dumper=Dumper, sort_keys=False)
+    return yaml.dump(plain.raw(cfg), Dumper=Dumper, sort_keys=False)
 
 
 def run_points(points: Sequence[Composed], sweep: bool = False) -> list[str]:

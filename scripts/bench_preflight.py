@@ -49,7 +49,7 @@ def main() -> None:
     for split in ("train", "test"):
         pq.write_table(pa.table({"data_source": ["openai/gsm8k"] * 8, "prompt": ["q"] * 8}), d / f"{split}.parquet")
 
-    from rayjobs import compose, preflight, preflight_verl, submit
+    from rayjobs import compose, preflight, preflight_verl, rules, submit
 
     base = ["+exp=ppo_gsm8k_qwen05b", f"rayjobs.storage={storage}", "trainer.logger=[console]"]
     t = time.perf_counter()
@@ -108,7 +108,7 @@ def main() -> None:
         "## Preflight",
         "",
         f"`scripts/bench_preflight.py --rounds {a.rounds}` on {os.cpu_count()} cores, Python {platform.python_version()}, "
-        f"verl {preflight.verl_facts()['version']}, verl importable here: {'yes' if have_verl else 'no'}, "
+        f"verl {rules.verl_facts()['version']}, verl importable here: {'yes' if have_verl else 'no'}, "
         f"1-min load average {load0:.1f} at start / {os.getloadavg()[0]:.1f} at end (the machine is shared: "
         "loads above 2 inflate every number). "
         "Time of `preflight.check_all` alone (composition excluded: it is shared with dry-run and measured "

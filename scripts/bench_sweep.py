@@ -34,6 +34,23 @@ PY = sys.executable
 BIN = Path(PY).parent
 
 
+FLOOR_LABEL = "floor: Ray's job SDK alone, one process, 16 threads"
+FLOOR = """
+import json, sys
+from concurrent.futures import ThreadPoolExecutor
+from rayjobs import embedded, jobs
+reqs = json.load(open(sys.argv[1]))
+c = jobs.client(embedded.ensure(quiet=True))
+env = jobs.upload_working_dir(c, dict(reqs[0]["runtime_env"]))
+def one(r):
+    r = dict(r, runtime_env=dict(r["runtime_env"], working_dir=env["working_dir"]))
+    r.pop("submission_id", None)
+    return c.submit_job(**r)
+with ThreadPoolExecutor(16) as pool:
+    list(pool.map(one, reqs))
+"""
+
+
 def wait_idle(client: Any, timeout: float = 900) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -72,6 +89,10 @@ def per_point_profile(sweep_args: list[str], n: int) -> dict[str, float]:
     import io
 
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        submit._main(["-m", *sweep_args, "rayjobs.dry_run=true"])  # warm: the verl helper, caches
+    spent.clear()
+    t = time.perf_counter()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         submit._main(["-m", *sweep_args, "rayjobs.dry_run=true"])
     spent["whole dry-run sweep, in-process"] = time.perf_counter() - t
     out = {k: v * 1000 / n for k, v in spent.items()}
@@ -92,12 +113,19 @@ def per_point_profile(sweep_args: list[str], n: int) -> dict[str, float]:
     out["copy of the base config: unpickle (now)"] = per(lambda: pickle.loads(blob))
     out["copy of the base config: OmegaConf.create(deepcopy) (before)"] = per(
         lambda: OmegaConf.create(copy.deepcopy(plain), flags={"struct": True}))
-    from rayjobs import spec
+    from rayjobs import plain as rplain
+    from rayjobs import submit as rsubmit
 
-    out["in JobSpec: spec.config_hash (OmegaConf.to_yaml)"] = per(lambda: spec.config_hash(c.cfg))
-    out["in send: the ledger's OmegaConf.to_yaml of the config"] = per(lambda: OmegaConf.to_yaml(c.cfg, resolve=False))
-    out["(for comparison: OmegaConf.to_container + json.dumps)"] = per(
-        lambda: json.dumps(OmegaConf.to_container(c.cfg, resolve=False), sort_keys=True, default=str))
+    base_raw = OmegaConf.to_container(c.cfg, resolve=False)
+    point = pickle.loads(blob)
+    OmegaConf.set_readonly(point, False)
+    OmegaConf.update(point, "trainer.total_epochs", 7, merge=False)
+    out["a point's plain copy: derived from the base's (now)"] = per(
+        lambda: rplain.derive_raw(base_raw, point, ["trainer.total_epochs"]), 50)
+    out["a point's plain copy: OmegaConf.to_container (before; was made 3x per point)"] = per(
+        lambda: OmegaConf.to_container(point, resolve=False))
+    out["ledger YAML of a point: libyaml dump of its plain copy (now)"] = per(lambda: rsubmit._yaml(c.cfg))
+    out["ledger YAML of a point: OmegaConf.to_yaml (before)"] = per(lambda: OmegaConf.to_yaml(c.cfg, resolve=False))
     return out
 
 
@@ -119,7 +147,8 @@ def main() -> None:
     shutil.copy(benchlib.REPO / "tests" / "workloads" / "fake_verl.py", work / "workloads")
     sweep = ["+exp=fake_ppo", "+fake.steps=1", "+fake.step_s=0", f"trainer.total_epochs=range(1,{n + 1})"]
     ours = [PY, "-m", "rayjobs.submit", "-m", *sweep]
-    res: dict[str, list[float]] = {"python -m rayjobs.submit -m (one command)": [], f"{n} x ray job submit --no-wait": []}
+    res: dict[str, list[float]] = {"python -m rayjobs.submit -m (one command)": [], f"{n} x ray job submit --no-wait": [],
+                                   FLOOR_LABEL: []}
     os.chdir(work)  # the user's project: ./conf/exp/fake_ppo.yaml and workloads/
     prof = per_point_profile(sweep, n)  # in-process, no cluster: where a point's milliseconds go
     with benchlib.private_netns():
@@ -149,12 +178,22 @@ def main() -> None:
                 t = benchlib.timed(ours, env=env, cwd=str(work))
                 return t
 
+            # The floor: one Python process that only imports Ray's job SDK and sends the same
+            # requests in 16 threads (no composition, no checks, no ledger): Ray's share.
+            (root / "reqs.json").write_text(json.dumps(reqs))
+            floor_cmd = [PY, "-c", FLOOR, str(root / "reqs.json")]
+
+            def floor() -> float:
+                return benchlib.timed(floor_cmd, env=env, cwd=str(work))
+
             benchlib.timed(ours[:3] + ["+exp=fake_ppo", "+fake.steps=1"], env=env, cwd=str(work))  # warm: upload, caches
             wait_idle(client)
-            order = ["ours", "raw"] + ["ours"] * (a.rounds - 1)
+            order = ["ours", "raw"] + ["floor", "ours"] * (a.rounds - 1) + ["floor"]
             for which in order:
                 if which == "ours":
                     res["python -m rayjobs.submit -m (one command)"].append(one())
+                elif which == "floor":
+                    res[FLOOR_LABEL].append(floor())
                 else:
                     res[f"{n} x ray job submit --no-wait"].append(raw_loop())
                 wait_idle(client)
@@ -180,14 +219,18 @@ Cold processes; every job ended before the next measurement ({submitted} jobs su
 {rows}
 
 - **{raw_s / ours_s:.1f}x faster** than {n} x `ray job submit` (target ≥ 20x); **{ours_s:.2f} s** in total (target < 2 s).
-- Where a point's time goes (one in-process dry-run of the same sweep, ms per point):
+- The floor row sends the same {n} requests from one process with nothing of rayjobs but the
+  client: {m[FLOOR_LABEL]:.2f} s is Ray's share on this machine (SDK import, client, the dashboard's
+  work per job); rayjobs adds {ours_s - m[FLOOR_LABEL]:.2f} s for Hydra, composing and checking {n} points, and the ledger.
+- Where a point's time goes (the second of two in-process dry-runs of the same sweep, ms per point):
 
 | phase | ms per point |
 |---|---:|
 {prow}
 
-The launcher composes the first point with Hydra and derives every other point from an unpickled
-copy of it (only the swept keys are set); points that change a config group are composed in full.
+The first point is the config Hydra composed for the sweep with the first values set; every other
+point is an unpickled copy of it with the swept keys set, and its plain copy (hash, preflight,
+ledger) is the base's with those leaves set; points that change a config group are composed in full.
 """
     benchlib.write_section("sweep", md)
     print(md)

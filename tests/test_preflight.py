@@ -19,7 +19,7 @@ from types import SimpleNamespace
 import pytest
 from conftest import job_list, rayjobs_submit
 
-from rayjobs import compose, preflight, preflight_verl
+from rayjobs import compose, inputs, preflight, preflight_verl, rules
 
 HAVE_VERL = not preflight_verl.missing_modules()
 LINE = re.compile(r"^error: \S+.*: .+; fix: .+$")
@@ -158,7 +158,7 @@ def test_both_presets_pass(workdir, store, monkeypatch):
         if HAVE_VERL:
             assert preflight.last_timing["verl_s"] > 0  # verl's own validation ran on it
         cfg = prepared[0].composed.cfg
-        assert not preflight.config_problems(cfg) and not preflight._secrets(cfg, {"WANDB_API_KEY"})
+        assert not rules.config_problems(cfg) and not inputs.secret_problems(cfg, {"WANDB_API_KEY"})
 
 
 def test_local_critic_model_dir_passes(workdir, store):

@@ -75,7 +75,7 @@ class RayjobsLauncher(Launcher):
 
     # ------------------------------------------------------------------ shared composition
     def compose_points(self, batch: List[List[str]]) -> List[Any]:
-        from rayjobs import compose
+        from rayjobs import compose, plain
 
         assert self.config is not None and self.hydra_context is not None
         loader = self.hydra_context.config_loader
@@ -90,7 +90,7 @@ class RayjobsLauncher(Launcher):
         # unpickling rebuilds the node tree without re-validating ~1000 nodes (a few ms per
         # point, against ~50-100 ms for OmegaConf.create or a deepcopy on a 2-core machine).
         blob = pickle.dumps(base.cfg)
-        base_raw = compose.raw(base.cfg)
+        base_raw = plain.raw(base.cfg)
         out = [base]
         for overrides in batch[1:]:
             diff = [o for o in overrides if o not in base_overrides]
@@ -105,7 +105,7 @@ class RayjobsLauncher(Launcher):
                     cfg["hydra"] = {"runtime": {"choices": {"exp": base.experiment}}}
                 point = compose.finish(cfg, overrides)
                 # its plain copy, too, is the base's with the swept leaves set (no full walk)
-                compose.remember_raw(point.cfg, compose.derive_raw(base_raw, point.cfg, [p.key_or_group for p in parsed]))
+                plain.remember_raw(point.cfg, plain.derive_raw(base_raw, point.cfg, [p.key_or_group for p in parsed]))
                 out.append(point)
             else:  # a config group changes: compose this point in full
                 with compose.translate_errors(overrides):
