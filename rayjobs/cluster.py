@@ -409,8 +409,6 @@ def disconnect() -> bool:
 # --------------------------------------------------------------------------- view
 def view() -> dict[str, Any]:
     """Nodes (GPUs/CPUs used and total), job counts and the queue of the current target."""
-    import importlib
-
     from rayjobs import jobs
 
     target = settings.resolve_target()
@@ -437,12 +435,9 @@ def view() -> dict[str, Any]:
                      "gpus": gpu_total, "gpus_used": gpu_used, "cpus": cpu_total, "cpus_used": cpu_used})
     rows.sort(key=lambda r: (not r["head"], str(r["ip"])))
     all_jobs = jobs.list_jobs(c)
-    overlay: dict[str, Any] = {}
-    try:
-        fn = getattr(importlib.import_module("rayjobs.queue"), "overlay", None)
-        overlay = fn(c, all_jobs) if fn else {}
-    except ImportError:
-        pass
+    from rayjobs import queueview
+
+    overlay: dict[str, Any] = queueview.overlay(c, all_jobs)
     counts: dict[str, int] = {}
     queued = []
     for j in all_jobs:

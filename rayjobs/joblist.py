@@ -3,7 +3,7 @@
 A row is a JSON-able dict with the contract's fields (design §3): ``id, status, experiment, sweep,
 overrides, priority, attempt, submitted_at, queue_position``, plus ``sweep_overrides, run, gpus,
 start_time, end_time, message, step, total_steps, score, metrics, wandb_url``. ``QUEUED`` and
-``queue_position`` come from :func:`rayjobs.queue.overlay` when that module provides it.
+``queue_position`` come from :func:`rayjobs.queueview.overlay`.
 Progress comes from the run's metrics JSONL when its dir is readable here (the embedded
 cluster), else from the tail of the job's log.
 """
@@ -94,15 +94,10 @@ def order(job: Any) -> tuple[float, int, str]:
 
 
 def queue_overlay(client: Any, jobs: list[Any]) -> dict[str, dict[str, Any]]:
-    """``rayjobs.queue.overlay`` (QUEUED + position) if the queue module provides it, else {}."""
-    try:
-        from rayjobs import queue as rq
-    except ImportError:
-        return {}
-    fn = getattr(rq, "overlay", None)
-    if fn is None:
-        return {}
-    return dict(fn(client, jobs) or {})
+    """:func:`rayjobs.queueview.overlay`: QUEUED + position (or PENDING) for the jobs the queue holds."""
+    from rayjobs import queueview
+
+    return dict(queueview.overlay(client, jobs) or {})
 
 
 def gpus(m: dict[str, str]) -> int:

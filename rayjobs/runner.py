@@ -10,7 +10,7 @@ gives each attempt what it must get right:
   checkpoint dir (verl's ``trainer.resume_mode=auto``);
 * signals: SIGTERM/SIGINT from ``ray job stop`` are passed to the trainer, which gets the
   head's stop grace period to save;
-* the queue (:mod:`rayjobs.queue`): a job with a GPU demand waits here, as QUEUED, until the
+* the queue (:mod:`rayjobs.queue`, through :mod:`rayjobs.admission`): a job with a GPU demand waits here, as QUEUED, until the
   cluster-side queue admits it; stopped while waiting, it exits and the trainer never starts.
   It holds its admission across retries and releases it when it exits.
 """
@@ -80,11 +80,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     ticket = None
     sid = str(meta.get("job_submission_id") or "")
     if sid:
-        from rayjobs import queue
+        from rayjobs import admission
 
         try:
-            ticket = queue.admit(sid, meta, log)
-        except queue.Stopped:
+            ticket = admission.admit(sid, meta, log)
+        except admission.Stopped:
             log("stopped while queued: the trainer was not started")
             return 128 + signal.SIGTERM
         except Exception as e:  # the queue itself is broken: run as plain Ray would, and say so

@@ -111,9 +111,9 @@ def send(prepared: Sequence[Prepared], address: Optional[str] = None) -> list[st
         target = embedded.ensure()
     client = jobs.client(target)
     # --- queue (issue 4): refuse, before anything is submitted, a job that can never fit this cluster
-    from rayjobs import queue
+    from rayjobs import queueview
 
-    queue.refuse_never_fitting(client, prepared, target.address or "")
+    queueview.refuse_never_fitting(client, prepared, target.address or "")
     # --- end queue
     from rayjobs import preflight  # issue 6: checks that need the live cluster (versions, per-node fit)
 

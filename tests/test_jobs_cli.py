@@ -140,18 +140,11 @@ def test_plot_a_sweep(done, tmp_path):
 
 
 def test_queued_overlay_shows_in_list_and_status(done, cluster, client, monkeypatch):
-    import rayjobs
-    from rayjobs import joblist, jobs
+    from rayjobs import joblist, jobs, queueview
     from rayjobs.logstream import Dashboard
 
     sid, ids = done
-
-    class FakeQueue:
-        @staticmethod
-        def overlay(c, js):
-            return {ids[1]: {"status": "QUEUED", "queue_position": 2}}
-
-    monkeypatch.setattr(rayjobs, "queue", FakeQueue, raising=False)
+    monkeypatch.setattr(queueview, "overlay", lambda c, js: {ids[1]: {"status": "QUEUED", "queue_position": 2}})
     rows = joblist.rows(joblist.select(jobs.list_jobs(client), sweep=sid), client, Dashboard(cluster), progress=False)
     by = {r["id"]: r for r in rows}
     assert by[ids[1]]["status"] == "QUEUED" and by[ids[1]]["queue_position"] == 2 and by[ids[1]]["attempt"] == 0

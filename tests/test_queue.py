@@ -63,9 +63,9 @@ def wait_until(pred: Any, timeout: float, what: str, every: float = 0.5) -> Any:
 
 
 def queued(client: Any) -> dict[str, int]:
-    from rayjobs import queue
+    from rayjobs import queueview
 
-    return {k: v["queue_position"] for k, v in queue.overlay(client, client.list_jobs()).items() if v["status"] == "QUEUED"}
+    return {k: v["queue_position"] for k, v in queueview.overlay(client, client.list_jobs()).items() if v["status"] == "QUEUED"}
 
 
 def test_sweep_of_3x_the_cluster_all_succeed(gpu_cluster, gclient, workdir):

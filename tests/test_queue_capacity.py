@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from rayjobs import capacity, queue
+from rayjobs import capacity, queue, queueview
 from rayjobs.capacity import FITS, NEVER, WAIT, Node
 
 
@@ -83,32 +83,32 @@ def test_refuse_never_fitting_is_one_line_and_skips_cpu_clusters(monkeypatch, ca
         return [SimpleNamespace(spec=SimpleNamespace(submission_id="job-1", metadata={"gpu_groups": json.dumps(groups)}))]
 
     rows = [{"node_id": n, "state": "ALIVE", "resources_total": {"GPU": 2.0, "CPU": 6.0}} for n in "ab"]
-    monkeypatch.setattr(queue, "cluster_nodes", lambda client: rows)
-    queue.refuse_never_fitting(None, prepared([2, 2]))  # fits: no error
+    monkeypatch.setattr(queueview, "cluster_nodes", lambda client: rows)
+    queueview.refuse_never_fitting(None, prepared([2, 2]))  # fits: no error
     with pytest.raises(ConfigError) as e:
-        queue.refuse_never_fitting(None, prepared([4]), "http://h:8265")
+        queueview.refuse_never_fitting(None, prepared([4]), "http://h:8265")
     assert "\n" not in str(e.value) and "job-1 can never run on the cluster at http://h:8265" in str(e.value)
-    monkeypatch.setattr(queue, "cluster_nodes", lambda client: [{"node_id": "a", "state": "ALIVE", "resources_total": {"CPU": 2.0}}])
-    queue.refuse_never_fitting(None, prepared([4]))  # a CPU-only dev cluster: not enforced, a note
+    monkeypatch.setattr(queueview, "cluster_nodes", lambda client: [{"node_id": "a", "state": "ALIVE", "resources_total": {"CPU": 2.0}}])
+    queueview.refuse_never_fitting(None, prepared([4]))  # a CPU-only dev cluster: not enforced, a note
     assert "no GPUs" in capsys.readouterr().err
 
 
 def test_overlay_reports_only_live_queued_jobs(monkeypatch):
     doc = {"queue": [{"id": "j2", "position": 1}, {"id": "j3", "position": 2}, {"id": "gone", "position": 3}]}
-    monkeypatch.setattr(queue, "read_status", lambda client: doc)
+    monkeypatch.setattr(queueview, "read_status", lambda client: doc)
     jobs = [{"submission_id": "j2", "status": "RUNNING"}, {"submission_id": "j3", "status": "RUNNING"},
             {"submission_id": "gone", "status": "STOPPED"}, {"submission_id": "j1", "status": "RUNNING"}]
-    assert queue.overlay(None, jobs) == {"j2": {"status": "QUEUED", "queue_position": 1},
+    assert queueview.overlay(None, jobs) == {"j2": {"status": "QUEUED", "queue_position": 1},
                                          "j3": {"status": "QUEUED", "queue_position": 2}}
-    assert set(queue.overlay(None)) == {"j2", "j3", "gone"}
-    monkeypatch.setattr(queue, "read_status", lambda client: None)
-    assert queue.overlay(None, jobs) == {}
+    assert set(queueview.overlay(None)) == {"j2", "j3", "gone"}
+    monkeypatch.setattr(queueview, "read_status", lambda client: None)
+    assert queueview.overlay(None, jobs) == {}
 
 
 def test_overlay_says_pending_for_a_gpu_job_the_queue_has_not_seen_yet(monkeypatch):
     # Ray reports RUNNING once the entrypoint starts, before the runner has asked the queue.
     doc = {"queue": [], "admitted": [{"id": "old"}], "seen": ["old", "done"]}
-    monkeypatch.setattr(queue, "read_status", lambda client: doc)
+    monkeypatch.setattr(queueview, "read_status", lambda client: doc)
     gpu = {"gpu_groups": "[1]"}
     jobs = [{"submission_id": "new", "status": "RUNNING", "metadata": gpu},
             {"submission_id": "old", "status": "RUNNING", "metadata": gpu},
@@ -116,9 +116,9 @@ def test_overlay_says_pending_for_a_gpu_job_the_queue_has_not_seen_yet(monkeypat
             {"submission_id": "cpu", "status": "RUNNING", "metadata": {"gpu_groups": "[]"}},
             {"submission_id": "raw", "status": "RUNNING", "metadata": {}},
             {"submission_id": "ended", "status": "SUCCEEDED", "metadata": gpu}]
-    assert queue.overlay(None, jobs) == {"new": {"status": "PENDING", "queue_position": None}}
+    assert queueview.overlay(None, jobs) == {"new": {"status": "PENDING", "queue_position": None}}
     doc["admitted"].append({"id": "new"})
-    assert queue.overlay(None, jobs) == {}
+    assert queueview.overlay(None, jobs) == {}
     del doc["seen"]  # a queue from before this field: no guessing
     doc["admitted"].pop()
-    assert queue.overlay(None, jobs) == {}
+    assert queueview.overlay(None, jobs) == {}
