@@ -65,22 +65,33 @@ def varying(points: Sequence[Composed]) -> list[tuple[str, ...]]:
 
 def prepare(points: Sequence[Composed], sweep: bool = False) -> list[Prepared]:
     """The first half of submit: build and check every point's JobSpec. No cluster I/O."""
-    from rayjobs import jobs
-
     now = datetime.now().astimezone()
     first = points[0].cfg.rayjobs
     wd = os.path.abspath(os.path.expanduser(str(first.working_dir or os.getcwd())))
     excludes = list(first.excludes)
-    jobs.check_working_dir(wd, excludes)
-    sha, dirty = git_state(wd)
-    sid = sweep_id(points[0].experiment, now, secrets.token_hex(2)) if sweep else None
-    out = []
-    for i, (c, vary) in enumerate(zip(points, varying(points))):
-        ctx = Context(now=now, suffix=secrets.token_hex(2), working_dir=wd, git_sha=sha, git_dirty=dirty,
-                      sweep=sid, point=i if sweep else None, sweep_overrides=vary)
-        out.append(Prepared(c, build_spec(c, ctx)))
-    run_preflight(out)
+    # The working_dir check imports Ray (~0.35 s) and walks the dir: in a thread, it overlaps the
+    # specs and preflight (whose verl check waits on the helper process, GIL released); a real
+    # submit also imports the Jobs SDK there, which send() needs next.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        checked = pool.submit(_check_working_dir, wd, excludes, not first.dry_run)
+        sha, dirty = git_state(wd)
+        sid = sweep_id(points[0].experiment, now, secrets.token_hex(2)) if sweep else None
+        out = []
+        for i, (c, vary) in enumerate(zip(points, varying(points))):
+            ctx = Context(now=now, suffix=secrets.token_hex(2), working_dir=wd, git_sha=sha, git_dirty=dirty,
+                          sweep=sid, point=i if sweep else None, sweep_overrides=vary)
+            out.append(Prepared(c, build_spec(c, ctx)))
+        run_preflight(out)
+        checked.result()  # raises for a working_dir Ray would refuse
     return out
+
+
+def _check_working_dir(wd: str, excludes: list[str], warm_sdk: bool) -> None:
+    from rayjobs import jobs
+
+    jobs.check_working_dir(wd, excludes)
+    if warm_sdk:
+        import ray.job_submission  # noqa: F401  (send() needs it next)
 
 
 def run_preflight(prepared: Sequence[Prepared]) -> None:
