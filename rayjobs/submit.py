@@ -218,6 +218,12 @@ def _no_task(cfg: Any) -> None:  # pragma: no cover - the rayjobs launcher never
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
     """Console entry point."""
+    # Composing builds hundreds of thousands of long-lived OmegaConf nodes; at Python's default
+    # thresholds the collector re-scans them over and over (a third of a 50-point sweep's client
+    # time, measured). Collect less often: same garbage freed, +1 MB peak for 50 points.
+    import gc
+
+    gc.set_threshold(50_000, 20, 100)
     sys.exit(run_cli(lambda: _main(sys.argv[1:] if argv is None else argv)) or 0)
 
 
