@@ -93,7 +93,8 @@ def render(data: dict[str, Any], out: str, title: Optional[str] = None) -> str:
     for ax, m in zip(axes[:, 0], names):
         for j in data["jobs"]:
             pts = j["series"].get(m) or []
-            if not pts:
+            if not pts:  # still in the legend, so a sweep's queued or starting points are not lost
+                ax.plot([], [], "x", color="0.6", label=f"{j['label']} (nothing logged yet)")
                 continue
             xs, ys = [p[0] for p in pts], [p[1] for p in pts]
             style = "o-" if len(pts) <= 20 or m.startswith("val-") else "-"

@@ -132,3 +132,20 @@ def test_views_render_without_a_cluster(capsys):
     for want in ("RUNNING", "job-1", "kl_coef=0.01", "attempt 2", "step 3/20", "ETA", "score", "0.53", "kl", "1.5e-05",
                  "openai/gsm8k/reward/mean@1", "0.47", "https://wandb.ai/rl-team/verl_examples/runs/abc123xy"):
         assert want in shown, (want, shown)
+
+
+def test_plot_keeps_jobs_without_data_in_the_legend(tmp_path, monkeypatch):
+    # On the H200 a sweep's queued point had logged nothing yet and vanished from the plot.
+    import matplotlib.axes
+
+    from rayjobs import plot
+
+    labels = []
+    real_plot = matplotlib.axes.Axes.plot
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot", lambda self, *a, **k: (labels.append(k.get("label")), real_plot(self, *a, **k))[1])
+    data = {"metrics": ["critic/score/mean"],
+            "jobs": [{"id": "s-0", "label": "kl=0.001", "series": {"critic/score/mean": [[1, 0.1], [2, 0.2]]}},
+                     {"id": "s-1", "label": "kl=0.1", "series": {"critic/score/mean": []}}]}
+    out = plot.render(data, str(tmp_path / "c.png"))
+    assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
+    assert labels == ["kl=0.001", "kl=0.1 (nothing logged yet)"] and out.endswith("c.png")
