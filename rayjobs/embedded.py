@@ -20,7 +20,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Iterable, Optional
 
 from rayjobs import settings
 from rayjobs.errors import ClusterUnreachable
@@ -158,19 +158,41 @@ def start(num_gpus: Optional[int] = None, quiet: bool = False, timeout: float = 
     return rec
 
 
-def _session_pids(temp: Path) -> list[int]:
-    """PIDs of the head's processes (those whose command line names its temp dir or GCS port)."""
+def pids_naming(*marks: str) -> list[int]:
+    """PIDs of the processes whose command line contains any of ``marks`` (this process excluded)."""
+    wanted = [m.encode() for m in marks]
     pids = []
     for p in Path("/proc").iterdir():
-        if not p.name.isdigit():
+        if not p.name.isdigit() or int(p.name) == os.getpid():
             continue
         try:
-            cmdline = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            cmdline = (p / "cmdline").read_bytes().replace(b"\0", b" ")
         except OSError:
             continue
-        if str(temp) in cmdline:
+        if any(m in cmdline for m in wanted):
             pids.append(int(p.name))
     return sorted(pids)
+
+
+def _session_pids(temp: Path) -> list[int]:
+    """PIDs of the head's processes (those whose command line names its temp dir)."""
+    return pids_naming(str(temp))
+
+
+def terminate(live: Callable[[], Iterable[int]], timeout: float = 20.0, poll: float = 0.1) -> None:
+    """SIGTERM the PIDs ``live()`` lists, wait up to half of ``timeout``; then the same with SIGKILL.
+
+    By PID only: never the ``ray`` CLI's stop, which would also stop Rays we did not start.
+    """
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in live():
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + timeout / 2
+        while time.monotonic() < deadline and list(live()):
+            time.sleep(poll)
 
 
 def stop(timeout: float = 20.0) -> bool:
@@ -180,14 +202,6 @@ def stop(timeout: float = 20.0) -> bool:
     except (OSError, ValueError):
         return False
     pids = set(rec.get("pids", [])) | set(_session_pids(Path(rec["temp_dir"])))
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in pids:
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + timeout / 2
-        while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in pids):
-            time.sleep(0.1)
+    terminate(lambda: [p for p in pids if Path(f"/proc/{p}").exists()], timeout)
     record_file().unlink(missing_ok=True)
     return True

@@ -18,7 +18,6 @@ import os
 import platform
 import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -32,11 +31,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=5)
     a = ap.parse_args()
-    root = Path(tempfile.mkdtemp(prefix="rjp", dir="/tmp"))
-    os.environ.update(RAYJOBS_HOME=str(root / "rj"), HOME=str(root / "home"))
-    for var in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS", "RAYJOBS_STORAGE"):
-        os.environ.pop(var, None)
-    (root / "home").mkdir()
+    root = benchlib.isolated_home("rjp")
     work = root / "project"
     work.mkdir()
     os.chdir(work)

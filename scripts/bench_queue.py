@@ -24,7 +24,6 @@ import re
 import shutil
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -243,11 +242,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--jobs", type=int, default=8)
     a = ap.parse_args()
-    root = Path(tempfile.mkdtemp(prefix="rjq", dir="/tmp"))
-    os.environ.update(RAYJOBS_HOME=str(root / "rj"), HOME=str(root / "home"))
-    (root / "home").mkdir()
-    for var in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_MODE"):
-        os.environ.pop(var, None)
+    root = benchlib.isolated_home("rjq")
     work = root / "project"
     shutil.copytree(benchlib.REPO / "tests" / "workloads", work)
     os.chdir(work)  # ./conf/exp/fake_ppo.yaml + workloads/fake_verl.py, as a user's project

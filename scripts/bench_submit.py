@@ -17,7 +17,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -31,11 +30,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=7)
     a = ap.parse_args()
-    root = Path(tempfile.mkdtemp(prefix="rjb", dir="/tmp"))
-    env = dict(os.environ, RAYJOBS_HOME=str(root / "rj"), HOME=str(root / "home"))
-    for var in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_MODE"):
-        env.pop(var, None)
-    os.environ.update(env)
+    root = benchlib.isolated_home("rjb")
+    env = dict(os.environ)
     work = root / "project"
     work.mkdir()
     (work / "train_notes.txt").write_text("a small project dir, as a user's cwd\n")

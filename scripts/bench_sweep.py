@@ -22,7 +22,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -135,12 +134,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="rounds of the one-command sweep (the raw loop runs once)")
     a = ap.parse_args()
     n = a.points
-    root = Path(tempfile.mkdtemp(prefix="rjs", dir="/tmp"))
-    env = dict(os.environ, RAYJOBS_HOME=str(root / "rj"), HOME=str(root / "home"), RAYJOBS_QUEUE="0")
-    for var in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_MODE"):
-        env.pop(var, None)
-    os.environ.update(env)
-    (root / "home").mkdir(parents=True)
+    root = benchlib.isolated_home("rjs")
+    os.environ["RAYJOBS_QUEUE"] = "0"
+    env = dict(os.environ)
     work = root / "project"
     shutil.copytree(benchlib.REPO / "tests" / "workloads" / "conf", work / "conf")
     (work / "workloads").mkdir()

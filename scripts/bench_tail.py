@@ -18,7 +18,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -237,11 +236,7 @@ def main() -> int:
     ap.add_argument("--rate", type=float, default=256.0, help="MiB/s the bulk job writes at most")
     ap.add_argument("--no-write", action="store_true", help="print the section instead of writing docs/benchmarks.md")
     args = ap.parse_args()
-    root = Path(tempfile.mkdtemp(prefix="rjbt", dir="/tmp"))
-    os.environ.update(RAYJOBS_HOME=str(root / "rj"), HOME=str(root / "home"))
-    (root / "home").mkdir()
-    for var in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_MODE"):
-        os.environ.pop(var, None)
+    root = benchlib.isolated_home("rjbt")
     wd = root / "wd"
     wd.mkdir()
     (wd / "ticker.py").write_text(TICKER)

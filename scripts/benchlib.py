@@ -12,6 +12,7 @@ import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -38,6 +39,17 @@ def private_netns(name: str = "") -> Iterator[str]:
         yield name
     finally:
         netns.destroy(name, exclude={os.getpid()})
+
+
+def isolated_home(prefix: str) -> Path:
+    """A fresh ``$RAYJOBS_HOME`` and ``$HOME`` under /tmp for this process and its children, with no
+    cluster address, token or storage root inherited from the caller's shell. Returns the root."""
+    root = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    (root / "home").mkdir()
+    os.environ.update(RAYJOBS_HOME=str(root / "rj"), HOME=str(root / "home"))
+    for var in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_MODE", "RAYJOBS_STORAGE"):
+        os.environ.pop(var, None)
+    return root
 
 
 def timed(cmd: Sequence[str], env: dict | None = None, cwd: str | None = None) -> float:

@@ -11,9 +11,7 @@ from __future__ import annotations
 import ctypes
 import os
 import shutil
-import signal
 import subprocess
-import time
 from typing import Optional
 
 CLONE_NEWNET = 0x40000000
@@ -46,15 +44,8 @@ def pids(name: str) -> list[int]:
 
 def destroy(name: str, exclude: Optional[set[int]] = None, timeout: float = 10.0) -> None:
     """Stop every process we started in ``name`` (by PID), then delete the namespace."""
+    from rayjobs.embedded import terminate
+
     exclude = exclude or set()
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in pids(name):
-            if pid not in exclude:
-                try:
-                    os.kill(pid, sig)
-                except ProcessLookupError:
-                    pass
-        deadline = time.monotonic() + timeout / 2
-        while time.monotonic() < deadline and [p for p in pids(name) if p not in exclude]:
-            time.sleep(0.1)
+    terminate(lambda: [p for p in pids(name) if p not in exclude], timeout)
     subprocess.run(["ip", "netns", "del", name], capture_output=True)

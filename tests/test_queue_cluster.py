@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -20,6 +19,8 @@ import time
 import urllib.request
 from pathlib import Path
 from typing import Any, Optional, Sequence
+
+from rayjobs import embedded
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -119,33 +120,12 @@ class FakeGpuCluster:
 
     def pids(self) -> list[int]:
         """Every process of this cluster (their command lines name its temp dir or GCS address)."""
-        marks = tuple(str(self.root / f"ray{i}").encode() for i in range(len(self.nodes))) + (
-                 f"127.0.0.1:{self.gcs_port}".encode(),
-                 f"--gcs-address={self.gcs}".encode(), f"--address={self.gcs}".encode())
-        out = []
-        for p in Path("/proc").iterdir():
-            if not p.name.isdigit() or int(p.name) == os.getpid():
-                continue
-            try:
-                cmdline = (p / "cmdline").read_bytes().replace(b"\0", b" ")
-            except OSError:
-                continue
-            if any(m in cmdline for m in marks):
-                out.append(int(p.name))
-        return sorted(out)
+        return embedded.pids_naming(*(str(self.root / f"ray{i}") for i in range(len(self.nodes))),
+                                    f"127.0.0.1:{self.gcs_port}", f"--gcs-address={self.gcs}", f"--address={self.gcs}")
 
     def stop(self, timeout: float = 20.0) -> None:
         """SIGTERM then SIGKILL every PID of this cluster (never the `ray` CLI's stop)."""
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            pids = self.pids()
-            for pid in pids:
-                try:
-                    os.kill(pid, sig)
-                except ProcessLookupError:
-                    pass
-            deadline = time.monotonic() + timeout / 2
-            while time.monotonic() < deadline and self.pids():
-                time.sleep(0.2)
+        embedded.terminate(self.pids, timeout, poll=0.2)
 
     def client(self) -> Any:
         from ray.job_submission import JobSubmissionClient

@@ -127,7 +127,8 @@ class RayjobsLauncher(Launcher):
         choices = OmegaConf.select(self.config, "hydra.runtime.choices", default=None)
         if typed is None or not choices or not choices.get("exp"):
             return None
-        diff = [o for o in overrides if o not in set(typed)]
+        applied = set(typed)
+        diff = [o for o in overrides if o not in applied]
         parsed = parser.parse_overrides(diff)
         if not all(self._plain(p, self.config) for p in parsed):
             return None
