@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# The two-node shape on one 2-GPU machine (nvidia-h200-x2), repo root as cwd (docs/gpu-e2e.md §4):
+#   bash scripts/gpu/nodes2.sh start    # call 1: install, model/data, the cluster, the sweep, tail point 1
+#   bash scripts/gpu/nodes2.sh finish   # call 2: tail point 2 (live panel), status, list, plot, logs
+# The cluster is formed by the real node script (bootstrap/ray_node.py) run twice, the way SkyPilot
+# runs it on two nodes: SKYPILOT_NODE_RANK 0 and 1, SKYPILOT_NODE_IPS lists both (here the same
+# address, 127.0.0.1), SKYPILOT_NUM_GPUS_PER_NODE=1, one GPU each (CUDA_VISIBLE_DEVICES), each with
+# its own node dir and dashboard-agent port.
+# Then a 2-point sweep of trainer.nnodes=2 trainer.n_gpus_per_node=1: each point needs both nodes,
+# so point 2 waits QUEUED until point 1 ends. Ray's processes are in their own session (the node
+# script's starter calls setsid), so they outlive call 1 and call 2 finds the cluster and jobs.
+set -uo pipefail
+T0=$(date +%s)
+LIMIT=${LIMIT:-560}
+PHASE=${1:-start}; shift || true
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+W=${W:-/root/work2}; mkdir -p $W
+ND=${ND:-/root}                  # node dirs: $ND/node0, $ND/node1
+left() { echo $(( LIMIT - ($(date +%s) - T0) )); }
+mark() { echo "### [t=$(( $(date +%s) - T0 ))s] $*"; }
+RJ="python3 -m rayjobs.cli"
+
+if [ "$PHASE" = start ]; then
+  mark "unpack"
+  bash scripts/gpu/unpack.sh install >/dev/null || { echo "unpack failed"; exit 1; }
+fi
+source scripts/gpu/env.sh
+export RAYJOBS_STORAGE=$RAYJOBS_HOME/storage
+# The client side: what `rayjobs connect` would remember, given as variables.
+export RAY_ADDRESS=http://127.0.0.1:8265 RAY_AUTH_TOKEN_PATH=$ND/node0/auth_token
+
+if [ "$PHASE" = start ]; then
+  nvidia-smi --query-gpu=index,name,memory.used --format=csv,noheader
+  mark "model + data"
+  [ -f $RAYJOBS_STORAGE/models/tiny-qwen2/config.json ] || python3 scripts/gpu/make_tiny.py $RAYJOBS_STORAGE 2>&1 | grep -v Writing
+
+  mark "cluster: bootstrap/ray_node.py rank 0, then rank 1"
+  TOKEN=$(python3 -c "import secrets; print(secrets.token_hex(24))")   # `rayjobs up` passes it as a SkyPilot secret
+  node() {  # RANK GPU
+    env SKYPILOT_NODE_RANK=$1 SKYPILOT_NODE_IPS=$'127.0.0.1\n127.0.0.1' SKYPILOT_NUM_NODES=2 \
+        SKYPILOT_NUM_GPUS_PER_NODE=1 CUDA_VISIBLE_DEVICES=$2 RAY_AUTH_TOKEN=$TOKEN \
+        RAYJOBS_NODE_DIR=$ND/node$1 RAYJOBS_AGENT_PORT=$(( 52366 + $1 )) RAYJOBS_JOIN_TIMEOUT=180 \
+        python3 bootstrap/ray_node.py
+  }
+  # One after the other: on ONE host, Ray names a raylet's sockets and log files in the shared
+  # session dir by the first free name, and two raylets starting in the same instant both took
+  # `sockets/raylet` (bind: Address already in use; seen in a CPU dry run). Separate machines
+  # (SkyPilot's nodes) do not share a session dir, so the node script needs no order there.
+  node 0 0 > $W/node0.log 2>&1; rc0=$?
+  node 1 1 > $W/node1.log 2>&1; rc1=$?
+  cat $W/node1.log $W/node0.log
+  echo "node script exit codes: rank 0 $rc0, rank 1 $rc1" | tee -a $W/summary.txt
+  mark "node scripts done"
+  for _ in $(seq 1 60); do   # rank 1's script returns once the head lists it; its GPU shows a moment later
+    $RJ cluster --json > $W/cluster.json 2>/dev/null && python3 - $W/cluster.json <<'PY' && break
+import json, sys
+d = json.load(open(sys.argv[1]))
+nodes = d.get("nodes", [])
+sys.exit(0 if len(nodes) == 2 and sum(n.get("gpus", 0) for n in nodes) == 2 else 1)
+PY
+    sleep 1
+  done
+  $RJ cluster 2>&1 | tee -a $W/summary.txt
+
+  mark "sweep submit (2 nodes x 1 GPU per point)"
+  ta=$(date +%s.%N)
+  python3 -m rayjobs.submit -m +exp=gpu_tiny_grpo trainer.nnodes=2 trainer.n_gpus_per_node=1 \
+    actor_rollout_ref.actor.kl_loss_coef=0.001,0.1 "$@" > $W/ids.txt 2> $W/submit.err
+  rc=$?; cat $W/submit.err
+  echo "sweep submit: exit $rc after $(python3 -c "print(round($(date +%s.%N)-$ta,2))") s" | tee -a $W/summary.txt
+  grep -o "(sweep [^)]*)" $W/submit.err | head -1 | tr -d '()' | cut -d' ' -f2 > $W/sweep.txt
+fi
+
+mapfile -t IDS < $W/ids.txt
+J1=${IDS[0]:-}; J2=${IDS[1]:-}; S=$(cat $W/sweep.txt 2>/dev/null)
+echo "sweep $S: point 1 $J1, point 2 $J2" | tee -a $W/summary.txt
+[ -n "$J2" ] || { echo "no sweep was submitted"; cp $W/*.log $W/summary.txt $OUT/ 2>/dev/null; exit 1; }
+
+if [ "$PHASE" = start ]; then
+  sleep 4
+  mark "rayjobs list --sweep $S (point 2 should be QUEUED)"
+  $RJ list --sweep $S 2>&1 | tee -a $W/summary.txt
+  $RJ cluster 2>&1 | tee -a $W/summary.txt
+  mark "rayjobs tail $J1 --plain"
+  timeout $(( $(left) - 20 )) $RJ tail $J1 --plain 2>&1 | python3 -u scripts/gpu/summarize.py --stamp > $W/tail1.log
+  echo "point 1 ($J1): tail exit ${PIPESTATUS[0]}, ended at t=$(( $(date +%s) - T0 ))s" | tee -a $W/summary.txt
+  grep -E "\[rayjobs\]|step:|Error|error" $W/tail1.log | cut -c1-400 | tail -30
+  $RJ list --sweep $S 2>&1 | tee -a $W/summary.txt
+  cp $W/tail1.log $W/node0.log $W/node1.log $W/summary.txt $OUT/
+  mark "done (call 1)"
+  exit 0
+fi
+
+# finish
+mark "rayjobs tail $J2 (live panel on a pty)"
+$RJ list --sweep $S 2>&1 | tee -a $W/summary.txt
+timeout $(( $(left) - 60 )) script -qfec "stty cols 150 rows 50; $RJ tail $J2" /dev/null > $OUT/tail2.tty 2>&1
+echo "point 2 ($J2): tail exit $?, ended at t=$(( $(date +%s) - T0 ))s" | tee -a $W/summary.txt
+$RJ status $J2 --json 2>&1 | tee -a $W/summary.txt; echo
+mark "rayjobs plot --sweep $S"
+$RJ plot --sweep $S -o $OUT/sweep2.png --json > $W/plot.json 2>> $W/summary.txt
+python3 -c "import json; print(json.dumps(json.load(open('$W/plot.json')))[:3000])" | tee -a $W/summary.txt
+$RJ list --sweep $S 2>&1 | tee -a $W/summary.txt
+$RJ cluster 2>&1 | tee -a $W/summary.txt
+$RJ logs $J1 > $W/j1.log 2>&1; $RJ logs $J2 > $W/j2.log 2>&1
+grep -E "world_size|nnodes|WorkerDict|placement|node_ip|NCCL INFO (Init|Channel 00)" $W/j1.log | head -20 | cut -c1-300
+python3 scripts/gpu/summarize.py "2nodes-point1=$W/j1.log" "2nodes-point2=$W/j2.log" >> $W/summary.txt
+cp $W/summary.txt $W/node0.log $W/node1.log $OUT/ 2>/dev/null; cat $W/summary.txt | tail -40
+s=/tmp/ray/session_latest
+tar -czf $OUT/logs.tgz --exclude='logs/events' --exclude='python-core-*' -C $(dirname $W) $(basename $W) -C $s logs 2>/dev/null
+ls -la $OUT
+mark "done (call 2)"
