@@ -129,7 +129,8 @@ def use_c_yaml() -> bool:
     import yaml
     from omegaconf import _utils
 
-    if not C_YAML or not hasattr(yaml, "CSafeLoader") or getattr(_utils.get_yaml_loader, "_rayjobs", False):
+    if not C_YAML or not hasattr(yaml, "CSafeLoader") or not hasattr(_utils, "get_yaml_loader") \
+            or getattr(_utils.get_yaml_loader, "_rayjobs", False):
         return False
     py_loader = _utils.get_yaml_loader()
 

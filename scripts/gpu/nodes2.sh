@@ -4,7 +4,7 @@
 #   bash scripts/gpu/nodes2.sh finish   # call 2: tail point 2 (live panel), status, list, plot, logs
 # The cluster is formed by the real node script (bootstrap/ray_node.py) run twice, the way SkyPilot
 # runs it on two nodes: SKYPILOT_NODE_RANK 0 and 1, SKYPILOT_NODE_IPS lists both (here the same
-# address, 127.0.0.1), SKYPILOT_NUM_GPUS_PER_NODE=1, one GPU each (CUDA_VISIBLE_DEVICES), each with
+# host, 127.0.0.1 and 127.0.0.2), SKYPILOT_NUM_GPUS_PER_NODE=1, one GPU each (CUDA_VISIBLE_DEVICES), each with
 # its own node dir and dashboard-agent port.
 # Then a 2-point sweep of trainer.nnodes=2 trainer.n_gpus_per_node=1: each point needs both nodes,
 # so point 2 waits QUEUED until point 1 ends. Ray's processes are in their own session (the node
@@ -35,9 +35,17 @@ if [ "$PHASE" = start ]; then
   [ -f $RAYJOBS_STORAGE/models/tiny-qwen2/config.json ] || python3 scripts/gpu/make_tiny.py $RAYJOBS_STORAGE 2>&1 | grep -v Writing
 
   mark "cluster: bootstrap/ray_node.py rank 0, then rank 1"
+  if [ "${RESET:-0}" = 1 ]; then   # end a previous attempt's cluster on this machine: the sessions of its raylets
+    for sid in $(ps -C raylet -o sid=); do pkill -9 -s $sid; done; sleep 2; rm -rf $ND/node0 $ND/node1
+  fi
   TOKEN=$(python3 -c "import secrets; print(secrets.token_hex(24))")   # `rayjobs up` passes it as a SkyPilot secret
+  # RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0: with loopback node addresses on one host, Ray's own
+  # processes (the job agent's ray.init, job drivers) swap 127.0.0.1 for the host's eth0 address
+  # and wait forever for a raylet there (seen: every submission timed out with HTTP 504). The
+  # switch makes them keep 127.0.0.1; only Ray's `ray start` CLI refuses workers under it, and the
+  # node script starts Ray without that CLI. Real SkyPilot nodes have real addresses: not needed.
   node() {  # RANK GPU
-    env SKYPILOT_NODE_RANK=$1 SKYPILOT_NODE_IPS=$'127.0.0.1\n127.0.0.1' SKYPILOT_NUM_NODES=2 \
+    env RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 SKYPILOT_NODE_RANK=$1 SKYPILOT_NODE_IPS=$'127.0.0.1\n127.0.0.2' SKYPILOT_NUM_NODES=2 \
         SKYPILOT_NUM_GPUS_PER_NODE=1 CUDA_VISIBLE_DEVICES=$2 RAY_AUTH_TOKEN=$TOKEN \
         RAYJOBS_NODE_DIR=$ND/node$1 RAYJOBS_AGENT_PORT=$(( 52366 + $1 )) RAYJOBS_JOIN_TIMEOUT=180 \
         python3 bootstrap/ray_node.py
@@ -46,8 +54,12 @@ if [ "$PHASE" = start ]; then
   # session dir by the first free name, and two raylets starting in the same instant both took
   # `sockets/raylet` (bind: Address already in use; seen in a CPU dry run). Separate machines
   # (SkyPilot's nodes) do not share a session dir, so the node script needs no order there.
-  node 0 0 > $W/node0.log 2>&1; rc0=$?
+  # Rank 1 starts once the head's node script waits for it.
+  node 0 0 > $W/node0.log 2>&1 &
+  N0=$!
+  for _ in $(seq 1 600); do grep -q "waiting: \|cluster ready\|error" $W/node0.log && break; sleep 0.1; done
   node 1 1 > $W/node1.log 2>&1; rc1=$?
+  wait $N0; rc0=$?
   cat $W/node1.log $W/node0.log
   echo "node script exit codes: rank 0 $rc0, rank 1 $rc1" | tee -a $W/summary.txt
   mark "node scripts done"
@@ -81,12 +93,26 @@ if [ "$PHASE" = start ]; then
   mark "rayjobs list --sweep $S (point 2 should be QUEUED)"
   $RJ list --sweep $S 2>&1 | tee -a $W/summary.txt
   $RJ cluster 2>&1 | tee -a $W/summary.txt
-  mark "rayjobs tail $J1 --plain"
+  # Both points reach the queue at once; it admits whichever runner asked first. Follow that one.
+  if $RJ status $J1 --json 2>/dev/null | grep -q '"status": "QUEUED"'; then T=$J1; J1=$J2; J2=$T; fi
+  printf '%s\n%s\n' $J1 $J2 > $W/ids.txt   # the finish phase follows the other one
+  mark "rayjobs tail $J1 --plain (the point admitted first)"
   timeout $(( $(left) - 20 )) $RJ tail $J1 --plain 2>&1 | python3 -u scripts/gpu/summarize.py --stamp > $W/tail1.log
   echo "point 1 ($J1): tail exit ${PIPESTATUS[0]}, ended at t=$(( $(date +%s) - T0 ))s" | tee -a $W/summary.txt
   grep -E "\[rayjobs\]|step:|Error|error" $W/tail1.log | cut -c1-400 | tail -30
   $RJ list --sweep $S 2>&1 | tee -a $W/summary.txt
+  $RJ logs $J1 > $W/j1.log 2>&1
+  grep -E "\[rayjobs\]|world_size|Resource pool|placement" $W/j1.log | head -20 | cut -c1-300
+  python3 scripts/gpu/summarize.py "2nodes-point1=$W/j1.log" >> $W/summary.txt
+  $RJ plot --sweep $S -o $OUT/sweep2.png --json > $W/plot.json 2>> $W/summary.txt
+  head -c 2000 $W/plot.json | tee -a $W/summary.txt; echo
+  if [ "${STOP2:-0}" = 1 ]; then   # no time for point 2 in this call: stop it (graceful), show it
+    mark "rayjobs stop $J2"
+    $RJ stop $J2 --wait 60 2>&1 | tee -a $W/summary.txt
+    $RJ list --sweep $S 2>&1 | tee -a $W/summary.txt
+  fi
   cp $W/tail1.log $W/node0.log $W/node1.log $W/summary.txt $OUT/
+  tar -czf $OUT/logs.tgz --exclude='logs/events' --exclude='python-core-*' -C $(dirname $W) $(basename $W) -C /tmp/ray/session_latest logs 2>/dev/null
   mark "done (call 1)"
   exit 0
 fi
