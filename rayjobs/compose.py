@@ -124,7 +124,8 @@ def use_c_yaml() -> bool:
     OmegaConf builds a pure-Python loader on every file; composing verl's ~30 config files with
     it costs ~75 ms more per composition (measured). The C loader below keeps OmegaConf's rules (its
     implicit resolvers, no timestamps, duplicate keys refused); tests compare every preset's
-    composed config with and without it. No-op without libyaml.
+    composed config with and without it. No-op without libyaml, and with an OmegaConf that has no
+    ``_utils.get_yaml_loader`` (2.4, as bundled for the GPU machine: ``+exp=`` crashed there).
     """
     import yaml
     from omegaconf import _utils

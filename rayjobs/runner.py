@@ -45,14 +45,42 @@ def log(msg: str) -> None:
     print(f"[rayjobs] {msg}", flush=True)
 
 
-def run_attempt(cmd: list[str], env: dict[str, str]) -> int:
-    """Run one attempt and return its exit code.
+def start_dir() -> Optional[str]:
+    """The job's working dir by *path* (``$PWD`` as Ray's job supervisor set it, else getcwd)."""
+    pwd = os.environ.get("PWD")
+    try:
+        if pwd and os.path.samefile(pwd, "."):
+            return pwd
+        return os.getcwd()
+    except OSError:
+        return pwd or None
+
+
+def _same_dir(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # "." is gone (deleted under us)
+        return False
+
+
+def run_attempt(cmd: list[str], env: dict[str, str], cwd: Optional[str] = None) -> int:
+    """Run one attempt in ``cwd`` (a path) and return its exit code.
+
+    The trainer starts in the working dir named by path, not in the directory this process
+    inherited: while a runner waits in the queue, Ray may unpack the job's working_dir package
+    again (seen with two raylets sharing one host's session dir), leaving the runner in a
+    deleted directory; a trainer started there fails at once (torch's MKL cannot load without a
+    working getcwd: "Intel oneMKL FATAL ERROR: Cannot load libtorch_cpu.so").
 
     The trainer stays in this process group, so Ray's stop (SIGTERM to the group, SIGKILL after
     the grace period) reaches it even if this wrapper dies first; a signal sent to the wrapper
     alone is forwarded.
     """
-    proc = subprocess.Popen(cmd, env=env)
+    if cwd is not None and not os.path.isdir(cwd):
+        cwd = None
+    if cwd is not None and not _same_dir(cwd, "."):
+        log(f"the job's working dir {cwd} was unpacked again while this job waited; the trainer starts in the new one")
+    proc = subprocess.Popen(cmd, env=env, cwd=cwd)
 
     def forward(signum: int, _frame: Any) -> None:
         try:
@@ -77,6 +105,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 2
     meta = job_metadata()
     base_env = dict(os.environ)  # the trainer's environment: as Ray gave it, before the queue's ray.init
+    workdir = start_dir()
     ticket = None
     sid = str(meta.get("job_submission_id") or "")
     if sid:
@@ -90,14 +119,16 @@ def main(argv: Optional[list[str]] = None) -> int:
         except Exception as e:  # the queue itself is broken: run as plain Ray would, and say so
             log(f"WARNING: the rayjobs queue is unavailable ({type(e).__name__}: {e}); starting without admission")
     try:
-        return run_attempts(argv, meta, base_env)
+        return run_attempts(argv, meta, base_env, workdir)
     finally:
         if ticket is not None:
             ticket.release()
 
 
-def run_attempts(argv: list[str], meta: dict[str, Any], base_env: dict[str, str]) -> int:
-    """The attempts of one job (``rayjobs.max_retries`` + 1 at most); the exit code to report."""
+def run_attempts(argv: list[str], meta: dict[str, Any], base_env: dict[str, str],
+                 workdir: Optional[str] = None) -> int:
+    """The attempts of one job (``rayjobs.max_retries`` + 1 at most), each started in ``workdir``;
+    the exit code to report."""
     retries = int(meta.get("max_retries", "0") or 0)
     run_dir = Path(meta["run_dir"]) if meta.get("run_dir") else None
     code = 1
@@ -117,7 +148,7 @@ def run_attempts(argv: list[str], meta: dict[str, Any], base_env: dict[str, str]
             # verl's file logger runs in its TaskRunner actor, whose environment comes from the
             # runtime_env verl passes to ray.init, not from this driver's: hand the path over there.
             cmd.append(f"++ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH='{env['VERL_FILE_LOGGER_PATH']}'")
-        code = run_attempt(cmd, env)
+        code = run_attempt(cmd, env, workdir)
         log(f"attempt finished with exit code {code} after {time.monotonic() - started:.1f} s at {time.time():.3f}")
         if code == 0 or code < 0 or i == retries:
             break  # success, killed by a signal (stop), or out of retries

@@ -242,3 +242,12 @@ def test_sweep_points_derived_from_the_base_equal_full_work(fixed_env, updates):
     fast = plain.resolve_points([base.cfg, cfg])
     assert fast[1] == OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
     assert fast[0] == OmegaConf.to_container(base.cfg, resolve=True, throw_on_missing=False)
+
+
+def test_c_yaml_is_skipped_where_omegaconf_has_no_loader_hook(monkeypatch) -> None:
+    """OmegaConf 2.4 (the GPU machine's bundle) has no ``_utils.get_yaml_loader``: no crash, no patch."""
+    from omegaconf import _utils
+
+    monkeypatch.delattr(_utils, "get_yaml_loader")
+    assert compose.use_c_yaml() is False
+    assert not hasattr(_utils, "get_yaml_loader")

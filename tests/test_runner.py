@@ -1,0 +1,50 @@
+"""rayjobs.runner on its own (no Ray): the trainer starts in the job's working dir by path.
+
+On the 2-GPU H200, a sweep point that waited in the queue died at once: while it waited, Ray
+unpacked the job's working_dir package again (two raylets sharing one host's session dir), so the
+runner sat in a deleted directory and the trainer it started inherited it (torch's MKL: "Cannot
+load libtorch_cpu.so"). The runner now starts every attempt in the directory named by path.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from rayjobs import runner
+
+PROBE = "import os; open('started-here', 'w').write(os.getcwd())"
+
+
+def test_trainer_starts_in_a_working_dir_unpacked_again(tmp_path: Path, monkeypatch, capsys) -> None:
+    job_dir = tmp_path / "_ray_pkg_abc"
+    job_dir.mkdir()
+    monkeypatch.chdir(job_dir)
+    monkeypatch.setenv("PWD", str(job_dir))
+    workdir = runner.start_dir()
+    assert workdir == str(job_dir)
+
+    # What Ray did while the job waited: the directory is removed and unpacked again at the same path.
+    shutil.rmtree(job_dir)
+    job_dir.mkdir()
+    (job_dir / "conf").mkdir()
+    try:
+        os.getcwd()
+        raise AssertionError("the test did not leave the process in a deleted directory")
+    except FileNotFoundError:
+        pass
+
+    code = runner.run_attempts([sys.executable, "-c", PROBE], {}, dict(os.environ), workdir)
+    assert code == 0, capsys.readouterr()
+    assert (job_dir / "started-here").read_text() == str(job_dir)
+    assert "unpacked again while this job waited" in capsys.readouterr().out
+
+
+def test_trainer_starts_where_the_runner_was_started(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PWD", raising=False)
+    code = runner.run_attempts([sys.executable, "-c", PROBE], {}, dict(os.environ), runner.start_dir())
+    assert code == 0
+    assert (tmp_path / "started-here").read_text() == str(tmp_path)
