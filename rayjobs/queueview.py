@@ -8,6 +8,7 @@ dashboard's log API) into QUEUED + positions for ``rayjobs list``/``status``;
 from __future__ import annotations
 
 import json
+import time
 from typing import Any, Iterable, Optional, Sequence
 
 from rayjobs import capacity
@@ -69,7 +70,7 @@ def overlay(client: Any, jobs: Optional[Iterable[Any]] = None) -> dict[str, dict
     """
     doc = read_status(client)
     if not doc:
-        return {}
+        return _starting_without_queue(jobs)
     live: Optional[set[str]] = None
     starting: dict[str, dict[str, Any]] = {}
     if jobs is not None:
@@ -88,6 +89,28 @@ def overlay(client: Any, jobs: Optional[Iterable[Any]] = None) -> dict[str, dict
     queued = {e["id"]: {"status": "QUEUED", "queue_position": int(e["position"])}
               for e in doc.get("queue", []) if live is None or e["id"] in live}
     return {**starting, **queued}
+
+
+#: A GPU job Ray calls RUNNING, on a cluster whose queue has written nothing yet, is still starting
+#: for this long (its runner may be about to wait). A fresh cluster's first runner creates the queue
+#: actor, which takes a moment: `rayjobs list` run then showed a job about to wait as RUNNING (seen
+#: on the 2-GPU H200). A cluster whose queue is switched off never writes the file: its jobs show
+#: RUNNING once this has passed.
+STARTING_S = 30.0
+
+
+def _starting_without_queue(jobs: Optional[Iterable[Any]], now_ms: Optional[float] = None) -> dict[str, dict[str, Any]]:
+    if jobs is None:
+        return {}
+    now_ms = time.time() * 1000 if now_ms is None else now_ms
+    out = {}
+    for j in jobs:
+        if isinstance(j, str) or _status_of(j) != "RUNNING" or not _wants_gpus(j):
+            continue
+        start = j.get("start_time") if isinstance(j, dict) else getattr(j, "start_time", None)
+        if start and now_ms - float(start) < STARTING_S * 1000:
+            out[_id_of(j)] = {"status": "PENDING", "queue_position": None}
+    return out
 
 
 def _meta_of(j: Any) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """Per-node fit (rayjobs.capacity) and the queue's ordering, without a cluster."""
 
 import json
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -103,6 +104,20 @@ def test_overlay_reports_only_live_queued_jobs(monkeypatch):
     assert set(queueview.overlay(None)) == {"j2", "j3", "gone"}
     monkeypatch.setattr(queueview, "read_status", lambda client: None)
     assert queueview.overlay(None, jobs) == {}
+
+
+def test_overlay_says_pending_for_a_young_gpu_job_before_the_queue_has_written_anything(monkeypatch):
+    # A fresh cluster: the first runner is still creating the queue actor (seen on the 2-GPU H200).
+    monkeypatch.setattr(queueview, "read_status", lambda client: None)
+    now = time.time() * 1000
+    gpu = {"gpu_groups": "[1, 1]"}
+    jobs = [{"submission_id": "young", "status": "RUNNING", "metadata": gpu, "start_time": now - 3000},
+            {"submission_id": "old", "status": "RUNNING", "metadata": gpu,
+             "start_time": now - (queueview.STARTING_S + 5) * 1000},   # queue switched off: RUNNING
+            {"submission_id": "cpu", "status": "RUNNING", "metadata": {"gpu_groups": "[]"}, "start_time": now},
+            {"submission_id": "ended", "status": "FAILED", "metadata": gpu, "start_time": now}]
+    assert queueview.overlay(None, jobs) == {"young": {"status": "PENDING", "queue_position": None}}
+    assert queueview.overlay(None) == {}
 
 
 def test_overlay_says_pending_for_a_gpu_job_the_queue_has_not_seen_yet(monkeypatch):
