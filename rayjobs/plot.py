@@ -71,8 +71,9 @@ def collect(dash: Any, jobs: Sequence[Any], metric_names: Optional[Sequence[str]
     out_jobs = []
     for j, label, (h, src) in zip(jobs, labels(jobs), hists):
         series = {m: [[s, d[m]] for s, d in h.items() if m in d and math.isfinite(d[m])] for m in names}
+        status = str(getattr(field(j, "status"), "value", field(j, "status")) or "").split(".")[-1]
         out_jobs.append({"id": field(j, "submission_id"), "label": label, "source": src, "series": series,
-                         "steps": len(h)})
+                         "steps": len(h), "status": status})
     return {"metrics": names, "jobs": out_jobs}
 
 
@@ -94,7 +95,9 @@ def render(data: dict[str, Any], out: str, title: Optional[str] = None) -> str:
         for j in data["jobs"]:
             pts = j["series"].get(m) or []
             if not pts:  # still in the legend, so a sweep's queued or starting points are not lost
-                ax.plot([], [], "x", color="0.6", label=f"{j['label']} (nothing logged yet)")
+                ended = j.get("status") in ("SUCCEEDED", "FAILED", "STOPPED")  # then not "yet"
+                note = f"nothing logged, {j['status']}" if ended else "nothing logged yet"
+                ax.plot([], [], "x", color="0.6", label=f"{j['label']} ({note})")
                 continue
             xs, ys = [p[0] for p in pts], [p[1] for p in pts]
             style = "o-" if len(pts) <= 20 or m.startswith("val-") else "-"

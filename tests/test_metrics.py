@@ -145,7 +145,9 @@ def test_plot_keeps_jobs_without_data_in_the_legend(tmp_path, monkeypatch):
     monkeypatch.setattr(matplotlib.axes.Axes, "plot", lambda self, *a, **k: (labels.append(k.get("label")), real_plot(self, *a, **k))[1])
     data = {"metrics": ["critic/score/mean"],
             "jobs": [{"id": "s-0", "label": "kl=0.001", "series": {"critic/score/mean": [[1, 0.1], [2, 0.2]]}},
-                     {"id": "s-1", "label": "kl=0.1", "series": {"critic/score/mean": []}}]}
+                     {"id": "s-1", "label": "kl=0.1", "series": {"critic/score/mean": []}, "status": "RUNNING"},
+                     {"id": "s-2", "label": "kl=1", "series": {"critic/score/mean": []}, "status": "FAILED"}]}
     out = plot.render(data, str(tmp_path / "c.png"))
     assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
-    assert labels == ["kl=0.001", "kl=0.1 (nothing logged yet)"] and out.endswith("c.png")
+    assert labels == ["kl=0.001", "kl=0.1 (nothing logged yet)", "kl=1 (nothing logged, FAILED)"]
+    assert out.endswith("c.png")

@@ -347,9 +347,9 @@ def plot_cmd(job_ids: tuple[str, ...], sweep: Optional[str], metric_names: tuple
         else:
             click.echo(output)
         _say(f"wrote {output} ({len(chosen)} job(s): {', '.join(data['metrics'])})")
-        empty = [j["id"] for j in data["jobs"] if not any(j["series"].values())]
+        empty = [f"{j['id']} ({j.get('status') or '?'})" for j in data["jobs"] if not any(j["series"].values())]
         if empty:
-            _say(f"nothing logged yet by: {', '.join(empty)}")
+            _say(f"nothing logged by: {', '.join(empty)}")
         return 0
 
     _exit(run_cli(go))
