@@ -31,7 +31,8 @@ Rank-aware, idempotent, no fixed sleeps:
 Inputs: SKYPILOT_NODE_RANK, SKYPILOT_NODE_IPS (newline-separated), SKYPILOT_NUM_NODES,
 SKYPILOT_NUM_GPUS_PER_NODE; knobs RAYJOBS_NODE_DIR (~/.rayjobs/node), RAYJOBS_JOIN_TIMEOUT (900),
 RAYJOBS_RAY_PORT, RAYJOBS_DASHBOARD_PORT, RAYJOBS_AGENT_PORT (52366), RAYJOBS_CLIENT_PORT (none),
-RAYJOBS_STORAGE (the shared root, recorded and passed to jobs). Exit 0 = this node is in the cluster
+RAYJOBS_STORAGE (the shared root, recorded and passed to jobs), RAYJOBS_RAY_TEMP_DIR (several nodes
+on one host only). Exit 0 = this node is in the cluster
 (and, on rank 0, the cluster is complete); 1 = it is not (one line on stderr says why).
 """
 
@@ -92,6 +93,12 @@ class Config:
         self.timeout = float(env.get("RAYJOBS_JOIN_TIMEOUT", 900))
         self.dir = Path(env.get("RAYJOBS_NODE_DIR") or Path.home() / ".rayjobs" / "node").expanduser()
         self.storage = env.get("RAYJOBS_STORAGE", "")
+        # Ray's temp dir on this node (default: Ray's, /tmp/ray). Only for several nodes on ONE
+        # host (a test or a lent 2-GPU machine): nodes sharing a temp dir share runtime_resources/,
+        # and one node's runtime-env agent then unpacks a working_dir again under another's jobs.
+        self.temp_dir = env.get("RAYJOBS_RAY_TEMP_DIR") or None
+        if self.temp_dir and not os.path.isabs(self.temp_dir):
+            fail(f"RAYJOBS_RAY_TEMP_DIR={self.temp_dir!r} must be an absolute path")
         mods = env.get("RAYJOBS_DASHBOARD_MODULES", "JobHead,NodeHead,StateHead,ReportHead,EventHead")
         self.dashboard_modules = None if mods.strip().lower() in ("", "all") else mods
         self.gcs = f"{self.head_ip}:{self.port}"
@@ -325,7 +332,7 @@ class Starter:
         if out.get("error"):
             raise Failed(out["error"])  # the starter already printed it
         node_id = out.get("node_id", "")
-        session = os.path.realpath("/tmp/ray/session_latest")
+        session = os.path.realpath(os.path.join(ray_temp_dir(cfg), "session_latest"))
         old_id = recorded(cfg).get("node_id")
         deadline = time.monotonic() + 60
         while not node_id and time.monotonic() < deadline:  # the CLI does not say: ask the head
@@ -335,6 +342,15 @@ class Starter:
         rec = {"session_dir": session, "gcs": cfg.gcs, "ip": cfg.ip, "node_id": node_id}
         (cfg.dir / "node.json").write_text(json.dumps(rec))
         return node_id
+
+
+def ray_temp_dir(cfg: Config) -> str:
+    """This node's Ray temp dir: RAYJOBS_RAY_TEMP_DIR, else Ray's default (honours RAY_TMPDIR/TMPDIR)."""
+    if cfg.temp_dir:
+        return cfg.temp_dir
+    from ray._common.utils import get_default_ray_temp_dir
+
+    return get_default_ray_temp_dir()
 
 
 def detached_start(base: Path, parent: int) -> None:
@@ -397,6 +413,7 @@ def _start_fast(cfg: Config) -> str:
             node_ip_address=cfg.ip, node_name=cfg.ip, num_gpus=cfg.gpus, resources={}, labels={},
             min_worker_port=20002, max_worker_port=29999,  # SkyPilot's Ray: 11002-19999
             node_manager_port=0, ray_client_server_port=cfg.client_port if cfg.head else None,
+            temp_dir=cfg.temp_dir,
             redis_username="", redis_password="", huge_pages=False, enable_object_reconstruction=False,
             include_dashboard=True if cfg.head else None, dashboard_host="127.0.0.1",
             dashboard_port=cfg.dashboard_port, dashboard_agent_listen_port=cfg.agent_port,
@@ -416,7 +433,7 @@ def _start_fast(cfg: Config) -> str:
     try:
         ensure_token_if_auth_enabled(None, create_token_if_missing=False)
         if not cfg.head:
-            _patch_head_lookup(ray_node)
+            _patch_head_lookup(ray_node, ray_temp_dir(cfg))
             node = ray_node.Node(params, head=False, shutdown_at_exit=False, spawn_reaper=False)
             write_ray_address(cfg.gcs, node.get_temp_dir_path())
             return node.node_id
@@ -451,7 +468,7 @@ def _start_fast(cfg: Config) -> str:
     return ""
 
 
-def _patch_head_lookup(ray_node: Any) -> None:
+def _patch_head_lookup(ray_node: Any, tmp: str) -> None:
     """Let a worker start without waiting for the head's raylet.
 
     A worker's ``Node`` asks the GCS for the head node's record only for its temp and session
@@ -464,7 +481,6 @@ def _patch_head_lookup(ray_node: Any) -> None:
         return
     from types import SimpleNamespace
 
-    from ray._common.utils import get_default_ray_temp_dir
     from ray.core.generated.gcs_pb2 import GcsNodeInfo
 
     def lookup(gcs_client: Any, *a: Any, node_selectors: Any = None, **kw: Any) -> Any:
@@ -477,7 +493,6 @@ def _patch_head_lookup(ray_node: Any) -> None:
             if found:
                 return found
             if name:
-                tmp = get_default_ray_temp_dir()
                 return [SimpleNamespace(state=GcsNodeInfo.GcsNodeState.ALIVE, temp_dir=tmp,
                                         session_dir=os.path.join(tmp, name.decode()))]
         return real(gcs_client, *a, node_selectors=node_selectors, **kw)
@@ -521,6 +536,8 @@ def _start_cli(cfg: Config) -> str:
         "--min-worker-port=20002", "--max-worker-port=29999",
         f"--ray-client-server-port={cfg.client_port or 10011}", "--disable-usage-stats",
     ]
+    if cfg.temp_dir:
+        args.append(f"--temp-dir={cfg.temp_dir}")
     if cfg.head:
         args = ["--head", f"--port={cfg.port}", "--dashboard-host=127.0.0.1",
                 f"--dashboard-port={cfg.dashboard_port}", "--include-dashboard=true", *args]

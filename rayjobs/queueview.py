@@ -66,7 +66,9 @@ def overlay(client: Any, jobs: Optional[Iterable[Any]] = None) -> dict[str, dict
 
     ``jobs`` (Ray ``JobDetails``, dicts, or ids; None = all): only those still RUNNING in Ray (a
     waiting runner is a running Ray job) are reported. Positions are the queue's own (1 = next).
-    Works from the laptop with the Jobs/dashboard HTTP API only; ``{}`` if the cluster has no queue.
+    Works from the laptop with the Jobs/dashboard HTTP API only. Where the queue has written no
+    status file (none yet on a fresh cluster, never where it is switched off), only young GPU jobs
+    are reported, as PENDING (:data:`STARTING_S`).
     """
     doc = read_status(client)
     if not doc:
@@ -92,11 +94,12 @@ def overlay(client: Any, jobs: Optional[Iterable[Any]] = None) -> dict[str, dict
 
 
 #: A GPU job Ray calls RUNNING, on a cluster whose queue has written nothing yet, is still starting
-#: for this long (its runner may be about to wait). A fresh cluster's first runner creates the queue
+#: for this long after its *submission* (Ray's ``start_time``; the laptop's clock against the
+#: head's, so a generous window): its runner may be about to wait. A fresh cluster's first runner creates the queue
 #: actor, which takes a moment: `rayjobs list` run then showed a job about to wait as RUNNING (seen
 #: on the 2-GPU H200). A cluster whose queue is switched off never writes the file: its jobs show
 #: RUNNING once this has passed.
-STARTING_S = 30.0
+STARTING_S = 90.0
 
 
 def _starting_without_queue(jobs: Optional[Iterable[Any]], now_ms: Optional[float] = None) -> dict[str, dict[str, Any]]:

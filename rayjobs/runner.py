@@ -57,10 +57,24 @@ def start_dir() -> Optional[str]:
 
 
 def _same_dir(a: str, b: str) -> bool:
+    """Same inode? A deleted cwd still stats (its old inode), so a replaced dir compares unequal."""
     try:
         return os.path.samefile(a, b)
-    except OSError:  # "." is gone (deleted under us)
+    except OSError:
         return False
+
+
+#: How long a runner waits for its working dir to be back (Ray's unpack is rmtree, then unzip).
+UNPACK_WAIT_S = 30.0
+
+
+def _wait_for_dir(path: str, timeout: float = UNPACK_WAIT_S) -> bool:
+    deadline = time.monotonic() + timeout
+    while not os.path.isdir(path):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
 
 
 def run_attempt(cmd: list[str], env: dict[str, str], cwd: Optional[str] = None) -> int:
@@ -77,7 +91,10 @@ def run_attempt(cmd: list[str], env: dict[str, str], cwd: Optional[str] = None) 
     alone is forwarded.
     """
     if cwd is not None and not os.path.isdir(cwd):
-        cwd = None
+        log(f"the job's working dir {cwd} is gone; waiting up to {UNPACK_WAIT_S:g} s for it to be unpacked again")
+        if not _wait_for_dir(cwd):
+            log(f"WARNING: {cwd} did not come back; the trainer starts in the directory this runner inherited")
+            cwd = None
     if cwd is not None and not _same_dir(cwd, "."):
         log(f"the job's working dir {cwd} was unpacked again while this job waited; the trainer starts in the new one")
     proc = subprocess.Popen(cmd, env=env, cwd=cwd)

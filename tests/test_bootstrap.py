@@ -33,6 +33,7 @@ SENTINEL = str(REPO / "bootstrap" / "sentinel.py")
 PY = sys.executable
 GPUS = 2
 SECRET = "wandb-" + secrets.token_hex(8)
+RANK1_TEMP = "/tmp/rn1"  # inside rank 1's private /tmp
 
 pytestmark = [
     pytest.mark.slow,
@@ -62,8 +63,10 @@ class Cluster:
         self.head = net.nodes[0]
 
     def env(self, node: Any, **extra: str) -> dict[str, str]:
+        # Rank 1 keeps Ray's files in its own temp dir (the knob for several nodes on one host).
+        own = {"RAYJOBS_RAY_TEMP_DIR": RANK1_TEMP} if node.rank == 1 else {}
         return {**self.net.skypilot_env(node, GPUS), "RAY_AUTH_TOKEN": self.token, "WANDB_API_KEY": SECRET,
-                "RAYJOBS_STORAGE": str(self.storage), "RAYJOBS_JOIN_TIMEOUT": "240", **extra}
+                "RAYJOBS_STORAGE": str(self.storage), "RAYJOBS_JOIN_TIMEOUT": "240", **own, **extra}
 
     def start(self, node: Any, log: Path, **extra: str) -> subprocess.Popen:
         """The node script the way SkyPilot runs a task's `run`: through its own `run_with_log`,
@@ -144,6 +147,11 @@ def test_cluster_forms_with_all_nodes_and_gpus(formed: Cluster) -> None:
     early = formed.first[2][1]
     assert early.index("waiting for the head") < early.index("joined")
     assert (formed.node_dir(formed.head) / "auth_token").stat().st_mode & 0o777 == 0o600
+    # RAYJOBS_RAY_TEMP_DIR: rank 1's Ray session lives there, the others' in Ray's default.
+    sessions = {n.rank: json.loads((formed.node_dir(n) / "node.json").read_text())["session_dir"]
+                for n in formed.net.nodes}
+    assert sessions[1].startswith(RANK1_TEMP + "/session_"), sessions
+    assert sessions[0].startswith("/tmp/ray/session_") and sessions[2].startswith("/tmp/ray/session_"), sessions
 
 
 def test_rerun_changes_nothing(formed: Cluster) -> None:

@@ -42,9 +42,27 @@ def test_trainer_starts_in_a_working_dir_unpacked_again(tmp_path: Path, monkeypa
     assert "unpacked again while this job waited" in capsys.readouterr().out
 
 
-def test_trainer_starts_where_the_runner_was_started(tmp_path: Path, monkeypatch) -> None:
+def test_start_dir_ignores_a_stale_pwd(tmp_path: Path, monkeypatch) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
     monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("PWD", raising=False)
-    code = runner.run_attempts([sys.executable, "-c", PROBE], {}, dict(os.environ), runner.start_dir())
+    monkeypatch.setenv("PWD", str(elsewhere))   # inherited from a shell that was somewhere else
+    assert runner.start_dir() == os.getcwd() == str(tmp_path)
+    monkeypatch.delenv("PWD")
+    assert runner.start_dir() == str(tmp_path)
+
+
+def test_trainer_waits_for_a_working_dir_being_unpacked(tmp_path: Path, monkeypatch, capsys) -> None:
+    import threading
+
+    job_dir = tmp_path / "_ray_pkg_def"
+    job_dir.mkdir()
+    monkeypatch.chdir(job_dir)
+    monkeypatch.setenv("PWD", str(job_dir))
+    workdir = runner.start_dir()
+    shutil.rmtree(job_dir)   # Ray's unpack: rmtree first, then unzip
+    threading.Timer(0.5, job_dir.mkdir).start()
+    code = runner.run_attempts([sys.executable, "-c", PROBE], {}, dict(os.environ), workdir)
     assert code == 0
-    assert (tmp_path / "started-here").read_text() == str(tmp_path)
+    assert (job_dir / "started-here").read_text() == str(job_dir)
+    assert "is gone; waiting" in capsys.readouterr().out

@@ -48,13 +48,18 @@ if [ "$PHASE" = start ]; then
     env RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 SKYPILOT_NODE_RANK=$1 SKYPILOT_NODE_IPS=$'127.0.0.1\n127.0.0.2' SKYPILOT_NUM_NODES=2 \
         SKYPILOT_NUM_GPUS_PER_NODE=1 CUDA_VISIBLE_DEVICES=$2 RAY_AUTH_TOKEN=$TOKEN \
         RAYJOBS_NODE_DIR=$ND/node$1 RAYJOBS_AGENT_PORT=$(( 52366 + $1 )) RAYJOBS_JOIN_TIMEOUT=180 \
+        RAYJOBS_RAY_TEMP_DIR=/tmp/rn$1 \
         python3 bootstrap/ray_node.py
   }
-  # One after the other: on ONE host, Ray names a raylet's sockets and log files in the shared
-  # session dir by the first free name, and two raylets starting in the same instant both took
-  # `sockets/raylet` (bind: Address already in use; seen in a CPU dry run). Separate machines
+  # Each node its own Ray temp dir (RAYJOBS_RAY_TEMP_DIR), as on separate machines: sharing one,
+  # rank 1's runtime-env agent unpacked the jobs' working_dir again under the head's waiting job
+  # (phase 3: the queued point died at once; rayjobs.runner now survives that too).
+  # One after the other: on ONE host with a shared temp dir, Ray names a raylet's sockets and log
+  # files in the shared session dir by the first free name, and two raylets starting in the same
+  # instant both took `sockets/raylet` (bind: Address already in use; seen in a CPU dry run). Separate machines
   # (SkyPilot's nodes) do not share a session dir, so the node script needs no order there.
   # Rank 1 starts once the head's node script waits for it.
+  : > $W/node0.log   # a previous run's "cluster ready" must not start rank 1 early
   node 0 0 > $W/node0.log 2>&1 &
   N0=$!
   for _ in $(seq 1 600); do grep -q "waiting: \|cluster ready\|error" $W/node0.log && break; sleep 0.1; done
@@ -62,6 +67,7 @@ if [ "$PHASE" = start ]; then
   wait $N0; rc0=$?
   cat $W/node1.log $W/node0.log
   echo "node script exit codes: rank 0 $rc0, rank 1 $rc1" | tee -a $W/summary.txt
+  if [ $rc0 != 0 ] || [ $rc1 != 0 ]; then cp $W/node0.log $W/node1.log $W/summary.txt $OUT/; exit 1; fi
   mark "node scripts done"
   for _ in $(seq 1 60); do   # rank 1's script returns once the head lists it; its GPU shows a moment later
     $RJ cluster --json > $W/cluster.json 2>/dev/null && python3 - $W/cluster.json <<'PY' && break
@@ -86,18 +92,25 @@ fi
 mapfile -t IDS < $W/ids.txt
 J1=${IDS[0]:-}; J2=${IDS[1]:-}; S=$(cat $W/sweep.txt 2>/dev/null)
 echo "sweep $S: point 1 $J1, point 2 $J2" | tee -a $W/summary.txt
-[ -n "$J2" ] || { echo "no sweep was submitted"; cp $W/*.log $W/summary.txt $OUT/ 2>/dev/null; exit 1; }
+[ -n "$J2" ] && [ -n "$S" ] || { echo "no sweep was submitted"; cp $W/*.log $W/summary.txt $OUT/ 2>/dev/null; exit 1; }
 
 if [ "$PHASE" = start ]; then
   sleep 4
   mark "rayjobs list --sweep $S (point 2 should be QUEUED)"
   $RJ list --sweep $S 2>&1 | tee -a $W/summary.txt
   $RJ cluster 2>&1 | tee -a $W/summary.txt
-  # Both points reach the queue at once; it admits whichever runner asked first. Follow that one.
-  if $RJ status $J1 --json 2>/dev/null | grep -q '"status": "QUEUED"'; then T=$J1; J1=$J2; J2=$T; fi
+  # Both points reach the queue at once; it admits whichever runner asked first. Follow that one
+  # (bounded wait until one of them shows QUEUED; PENDING means its runner has not asked yet).
+  for _ in $(seq 1 20); do
+    st1=$($RJ status $J1 --json 2>/dev/null); st2=$($RJ status $J2 --json 2>/dev/null)
+    case "$st1" in *'"status": "QUEUED"'*) T=$J1; J1=$J2; J2=$T; break;; esac
+    case "$st2" in *'"status": "QUEUED"'*) break;; esac
+    sleep 1
+  done
   printf '%s\n%s\n' $J1 $J2 > $W/ids.txt   # the finish phase follows the other one
   mark "rayjobs tail $J1 --plain (the point admitted first)"
-  timeout $(( $(left) - 20 )) $RJ tail $J1 --plain 2>&1 | python3 -u scripts/gpu/summarize.py --stamp > $W/tail1.log
+  t=$(( $(left) - 20 )); [ $t -gt 0 ] || t=1
+  timeout $t $RJ tail $J1 --plain 2>&1 | python3 -u scripts/gpu/summarize.py --stamp > $W/tail1.log
   echo "point 1 ($J1): tail exit ${PIPESTATUS[0]}, ended at t=$(( $(date +%s) - T0 ))s" | tee -a $W/summary.txt
   grep -E "\[rayjobs\]|step:|Error|error" $W/tail1.log | cut -c1-400 | tail -30
   $RJ list --sweep $S 2>&1 | tee -a $W/summary.txt
@@ -112,7 +125,7 @@ if [ "$PHASE" = start ]; then
     $RJ list --sweep $S 2>&1 | tee -a $W/summary.txt
   fi
   cp $W/tail1.log $W/node0.log $W/node1.log $W/summary.txt $OUT/
-  tar -czf $OUT/logs.tgz --exclude='logs/events' --exclude='python-core-*' -C $(dirname $W) $(basename $W) -C /tmp/ray/session_latest logs 2>/dev/null
+  tar -czf $OUT/logs.tgz --exclude='logs/events' --exclude='python-core-*' -C $(dirname $W) $(basename $W) -C /tmp/rn0/session_latest logs 2>/dev/null
   mark "done (call 1)"
   exit 0
 fi
@@ -120,7 +133,8 @@ fi
 # finish
 mark "rayjobs tail $J2 (live panel on a pty)"
 $RJ list --sweep $S 2>&1 | tee -a $W/summary.txt
-timeout $(( $(left) - 60 )) script -qfec "stty cols 150 rows 50; $RJ tail $J2" /dev/null > $OUT/tail2.tty 2>&1
+t=$(( $(left) - 60 )); [ $t -gt 0 ] || t=1
+timeout $t script -qfec "stty cols 150 rows 50; $RJ tail $J2" /dev/null > $OUT/tail2.tty 2>&1
 echo "point 2 ($J2): tail exit $?, ended at t=$(( $(date +%s) - T0 ))s" | tee -a $W/summary.txt
 $RJ status $J2 --json 2>&1 | tee -a $W/summary.txt; echo
 mark "rayjobs plot --sweep $S"
@@ -132,7 +146,7 @@ $RJ logs $J1 > $W/j1.log 2>&1; $RJ logs $J2 > $W/j2.log 2>&1
 grep -E "world_size|nnodes|WorkerDict|placement|node_ip|NCCL INFO (Init|Channel 00)" $W/j1.log | head -20 | cut -c1-300
 python3 scripts/gpu/summarize.py "2nodes-point1=$W/j1.log" "2nodes-point2=$W/j2.log" >> $W/summary.txt
 cp $W/summary.txt $W/node0.log $W/node1.log $OUT/ 2>/dev/null; cat $W/summary.txt | tail -40
-s=/tmp/ray/session_latest
+s=/tmp/rn0/session_latest
 tar -czf $OUT/logs.tgz --exclude='logs/events' --exclude='python-core-*' -C $(dirname $W) $(basename $W) -C $s logs 2>/dev/null
 ls -la $OUT
 mark "done (call 2)"
