@@ -7,30 +7,23 @@
   complete (the job fails, naming the missing ranks, otherwise), starts the autostop sentinel and
   connects. Re-running it on a live cluster changes nothing there (the node script is idempotent)
   and brings back nodes that lost their Ray.
-* ``connect`` reads the head's readiness record and token over SSH (SkyPilot writes an SSH config
-  entry per cluster), opens ``ssh -N -L 127.0.0.1:<local>:127.0.0.1:8265 <cluster>`` (or reuses a
-  live one) and remembers the cluster in ``$RAYJOBS_HOME/cluster.json``, so later commands need
-  no address.
-* ``cluster`` shows nodes, GPUs used/free and the queue; ``down`` closes the tunnel and tears
-  the cluster down with SkyPilot.
+* ``connect`` (:mod:`rayjobs.tunnel`) opens the SSH tunnel to the head's Jobs API and remembers
+  the cluster; ``cluster`` (:mod:`rayjobs.clusterview`) shows nodes, GPUs used/free and the queue.
+* ``down`` closes the tunnel and tears the cluster down with SkyPilot.
 
 SkyPilot is imported only inside ``up``/``down`` (it takes seconds to import).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import secrets as _secrets
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any, Optional
 
 from rayjobs import settings
-from rayjobs.errors import ClusterUnreachable, ConfigError, RayjobsError, did_you_mean
+from rayjobs.errors import ConfigError, RayjobsError, did_you_mean
 
 BOOTSTRAP = Path(__file__).resolve().parent.parent / "bootstrap"
 DEFAULT_NAME = "rayjobs"
@@ -205,6 +198,8 @@ def _sky_call(what: str, name: str, fn: Any, *args: Any, **kw: Any) -> Any:
 # --------------------------------------------------------------------------- up / down
 def up(name: str, params: dict[str, str], out: Any = None, sdk: Any = None) -> dict[str, Any]:
     """Launch (or re-bootstrap) the cluster, wait until it is complete, start the sentinel, connect."""
+    from rayjobs import tunnel  # it imports this module
+
     out = out or sys.stderr
     sky = sdk or _sky()
     params = dict(params)
@@ -214,7 +209,7 @@ def up(name: str, params: dict[str, str], out: Any = None, sdk: Any = None) -> d
     token = local_token(name)
     if token is None:
         try:  # a cluster someone else started: keep its token (a new one would lock its Ray out)
-            _remote_state(name)
+            tunnel._remote_state(name)
             token = local_token(name)
         except ClusterError:
             token = None
@@ -231,7 +226,7 @@ def up(name: str, params: dict[str, str], out: Any = None, sdk: Any = None) -> d
         raise ClusterError(f"{name} is not ready: {detail}; full log: sky logs {name} {job_id}")
     _sky_call("exec (sentinel)", name, lambda: sky.stream_and_get(sky.exec(sentinel_task(idle, workdir), cluster_name=name)))
     print(f"rayjobs: {name} is ready; autostop after {idle} idle minute(s) (no running or queued Ray job)", file=out)
-    rec = connect(name, out=out)
+    rec = tunnel.connect(name, out=out)
     print("rayjobs: once per storage root, prepare the presets' data: "
           "python -m rayjobs.submit -m +exp=prepare_data rayjobs.prepare.dataset=gsm8k,math", file=out)
     return rec
@@ -262,222 +257,15 @@ class _Tee:
 
 def down(name: str, out: Any = None, sdk: Any = None) -> None:
     """Close the tunnel, forget the cluster, tear it down with SkyPilot (the bucket stays)."""
+    from rayjobs import tunnel
+
     out = out or sys.stderr
     rec = settings.remembered_cluster()
     if rec.get("name") == name:
-        disconnect()
+        tunnel.disconnect()
     sky = sdk or _sky()
     print(f"rayjobs: tearing down {name} ...", file=out)
     _sky_call("down", name, lambda: sky.stream_and_get(sky.down(name)))
     token = cluster_dir(name) / "auth_token"
     token.unlink(missing_ok=True)
     print(f"rayjobs: {name} is down (the storage bucket/volume is kept)", file=out)
-
-
-# --------------------------------------------------------------------------- ssh + tunnel
-def _ssh_config(name: str) -> Optional[str]:
-    cfg = os.environ.get("RAYJOBS_SSH_CONFIG")
-    if cfg:
-        return cfg
-    sky_cfg = Path.home() / ".sky" / "generated" / "ssh" / name  # SkyPilot's per-cluster entry
-    return str(sky_cfg) if sky_cfg.exists() else None
-
-
-def _ssh(name: str, *extra: str) -> list[str]:
-    cmd = ["ssh"]
-    cfg = _ssh_config(name)
-    if cfg:
-        cmd += ["-F", cfg]
-    return cmd + ["-o", "BatchMode=yes", "-o", "ConnectTimeout=20", *extra, name]
-
-
-def _remote_state(name: str) -> dict[str, Any]:
-    """The head's readiness record, and its token stored locally (one SSH round trip)."""
-    node_dir = os.environ.get("RAYJOBS_REMOTE_NODE_DIR", "~/.rayjobs/node")
-    script = f'd={node_dir}; cat "$d/ready.json" && echo @@token@@ && cat "$d/auth_token"'
-    try:
-        r = subprocess.run(_ssh(name) + [script], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise ClusterError(f"ssh {name} failed ({e.__class__.__name__}); is the cluster up? (`sky status {name}`)") from e
-    if r.returncode != 0 or "@@token@@" not in r.stdout:
-        why = (r.stderr.strip().splitlines() or ["no readiness record on the head"])[-1]
-        raise ClusterError(f"cannot read {name}'s readiness record over ssh ({why}): run `rayjobs up` (or `sky status {name}`)")
-    doc, token = r.stdout.split("@@token@@", 1)
-    try:
-        rec = json.loads(doc)
-    except ValueError as e:
-        raise ClusterError(f"{name}'s readiness record is not JSON: run `rayjobs up` again") from e
-    if token.strip():
-        _write_secret(cluster_dir(name) / "auth_token", token.strip())
-    return rec
-
-
-def _free_port(preferred: int) -> int:
-    from rayjobs.embedded import free_port
-
-    port = free_port(preferred)
-    if port is None:
-        raise ClusterError("no free local port for the tunnel")
-    return port
-
-
-def _tunnel_alive(tunnel: dict[str, Any]) -> bool:
-    """Our ssh process is still there (the PID is checked against its command line)."""
-    pid = tunnel.get("pid")
-    try:
-        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except (OSError, TypeError):
-        return False
-    return bool(cmd) and cmd[0].endswith(b"ssh") and tunnel.get("forward", "").encode() in cmd
-
-
-def _dashboard_up(url: str, timeout: float = 2.0) -> bool:
-    from rayjobs.embedded import _alive
-
-    return _alive(url, timeout=timeout)
-
-
-def connect(name: Optional[str] = None, port: Optional[int] = None, out: Any = None,
-            timeout: float = 60.0) -> dict[str, Any]:
-    """Open (or reuse) the SSH tunnel to ``name``'s Jobs API and remember the cluster."""
-    out = out or sys.stderr
-    rec = settings.remembered_cluster()
-    name = name or rec.get("name") or DEFAULT_NAME
-    tunnel = rec.get("tunnel") or {}
-    if rec.get("name") == name and _tunnel_alive(tunnel) and (port in (None, tunnel.get("local_port"))) \
-            and _dashboard_up(rec["address"]):
-        print(f"rayjobs: reusing the tunnel to {name} at {rec['address']} (ssh pid {tunnel['pid']})", file=out)
-        return rec
-    if rec.get("name") == name:
-        disconnect()
-    state = _remote_state(name)
-    local = _free_port(port or REMOTE_DASHBOARD_PORT)
-    remote = int(str(state.get("dashboard", "127.0.0.1:8265")).rsplit(":", 1)[-1])
-    forward = f"127.0.0.1:{local}:127.0.0.1:{remote}"
-    log = cluster_dir(name) / "tunnel.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "w") as err:
-        proc = subprocess.Popen(
-            _ssh(name, "-N", "-o", "ExitOnForwardFailure=yes", "-o", "ServerAliveInterval=30",
-                 "-o", "ServerAliveCountMax=3", "-L", forward),
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
-    url = f"http://127.0.0.1:{local}"
-    deadline = time.monotonic() + timeout
-    while not _dashboard_up(url, timeout=1.0):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            if proc.poll() is None:
-                proc.terminate()
-            why = (log.read_text().strip().splitlines() or ["no answer"])[-1]
-            raise ClusterError(f"the SSH tunnel to {name} did not come up ({why}); check `ssh {name}`")
-        time.sleep(0.2)
-    new = {
-        "name": name,
-        "address": url,
-        "storage": state.get("storage"),
-        "token_path": str(cluster_dir(name) / "auth_token"),
-        "nodes": state.get("nodes"),
-        "gpus_per_node": state.get("gpus_per_node"),
-        "gpus": state.get("gpus"),
-        "ray_version": state.get("ray_version"),
-        "verl_version": state.get("verl_version"),
-        "tunnel": {"pid": proc.pid, "local_port": local, "forward": forward, "ssh_host": name},
-        "connected_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    }
-    path = settings.cluster_file()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(new, indent=2) + "\n")
-    print(f"rayjobs: connected to {name}: {new['nodes']} node(s) x {new['gpus_per_node']} GPU(s), "
-          f"Jobs API at {url} (ssh pid {proc.pid}); storage {new['storage']}", file=out)
-    return new
-
-
-def disconnect() -> bool:
-    """Close the remembered tunnel (by PID, only if it is still our ssh) and forget the cluster."""
-    rec = settings.remembered_cluster()
-    tunnel = rec.get("tunnel") or {}
-    closed = False
-    if _tunnel_alive(tunnel):
-        try:
-            os.kill(int(tunnel["pid"]), signal.SIGTERM)
-            closed = True
-        except ProcessLookupError:
-            pass
-    settings.cluster_file().unlink(missing_ok=True)
-    return closed
-
-
-# --------------------------------------------------------------------------- view
-def view() -> dict[str, Any]:
-    """Nodes (GPUs/CPUs used and total), job counts and the queue of the current target."""
-    from rayjobs import jobs
-
-    target = settings.resolve_target()
-    if target.embedded:
-        from rayjobs import embedded
-
-        target = embedded.ensure(quiet=True)
-    c = jobs.client(target)
-    try:
-        nodes = _get(c, "/api/v0/nodes?detail=true&limit=10000")["data"]["result"]["result"]
-        status = _get(c, "/api/cluster_status?format=0")["data"]["clusterStatus"]
-        usage = (status.get("loadMetricsReport") or {}).get("usageByNode") or {}
-    except (KeyError, TypeError, ValueError, RuntimeError) as e:
-        raise ClusterUnreachable(f"could not read the cluster's nodes at {target.address}: {e}") from e
-    rows = []
-    for n in nodes:
-        if str(n.get("state")) != "ALIVE":
-            continue
-        use = usage.get(n["node_id"], {})
-        total = n.get("resources_total", {})
-        gpu_used, gpu_total = (use.get("GPU") or [0.0, total.get("GPU", 0.0)])[:2]
-        cpu_used, cpu_total = (use.get("CPU") or [0.0, total.get("CPU", 0.0)])[:2]
-        rows.append({"ip": n.get("node_ip"), "head": bool(n.get("is_head_node")), "node_id": n["node_id"],
-                     "gpus": gpu_total, "gpus_used": gpu_used, "cpus": cpu_total, "cpus_used": cpu_used})
-    rows.sort(key=lambda r: (not r["head"], str(r["ip"])))
-    all_jobs = jobs.list_jobs(c)
-    from rayjobs import queueview
-
-    overlay: dict[str, Any] = queueview.overlay(c, all_jobs)
-    counts: dict[str, int] = {}
-    queued = []
-    for j in all_jobs:
-        sid = j.submission_id or j.job_id
-        st = (overlay.get(sid) or {}).get("status") or str(getattr(j.status, "value", j.status)).split(".")[-1]
-        counts[st] = counts.get(st, 0) + 1
-        if st == "QUEUED":
-            queued.append({"id": sid, "queue_position": overlay[sid].get("queue_position")})
-    queued.sort(key=lambda q: q["queue_position"] or 0)
-    rec = settings.remembered_cluster()
-    return {
-        "name": rec.get("name") if target.source.startswith("cluster") else target.source,
-        "address": target.address,
-        "nodes": rows,
-        "gpus": sum(r["gpus"] for r in rows),
-        "gpus_used": sum(r["gpus_used"] for r in rows),
-        "gpus_free": sum(r["gpus"] - r["gpus_used"] for r in rows),
-        "jobs": counts,
-        "queue": queued,
-    }
-
-
-def _get(c: Any, path: str) -> Any:
-    r = c._do_request("GET", path)
-    if r.status_code != 200:
-        raise RuntimeError(f"GET {path}: HTTP {r.status_code}")
-    return r.json()
-
-
-def render(v: dict[str, Any]) -> str:
-    """The human view of :func:`view`."""
-    lines = [f"cluster {v['name']} at {v['address']}: {len(v['nodes'])} node(s), "
-             f"GPUs {v['gpus_used']:g} used / {v['gpus_free']:g} free / {v['gpus']:g} total"]
-    lines.append(f"  {'NODE':<18}{'ROLE':<8}{'GPU used/total':>16}{'CPU used/total':>16}")
-    for r in v["nodes"]:
-        lines.append(f"  {str(r['ip']):<18}{'head' if r['head'] else 'worker':<8}"
-                     f"{r['gpus_used']:>9g}/{r['gpus']:<6g}{r['cpus_used']:>9g}/{r['cpus']:<6g}")
-    order = ["RUNNING", "QUEUED", "PENDING", "SUCCEEDED", "FAILED", "STOPPED"]
-    jobs = ", ".join(f"{v['jobs'][s]} {s}" for s in order if v["jobs"].get(s)) or "none"
-    lines.append(f"jobs: {jobs}")
-    for q in v["queue"]:
-        lines.append(f"  queued #{q['queue_position']}: {q['id']}")
-    return "\n".join(lines)

@@ -108,8 +108,10 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.fixture
 def no_connect(home: Path, monkeypatch: pytest.MonkeyPatch) -> list:
     seen: list = []
-    monkeypatch.setattr(rcl, "connect", lambda name, out=None: seen.append(name) or {"name": name})
-    monkeypatch.setattr(rcl, "_remote_state", lambda name: (_ for _ in ()).throw(rcl.ClusterError("none")))
+    from rayjobs import tunnel
+
+    monkeypatch.setattr(tunnel, "connect", lambda name, out=None: seen.append(name) or {"name": name})
+    monkeypatch.setattr(tunnel, "_remote_state", lambda name: (_ for _ in ()).throw(rcl.ClusterError("none")))
     return seen
 
 

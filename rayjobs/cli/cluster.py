@@ -40,13 +40,13 @@ def connect_cmd(name: Optional[str], port: Optional[int], close: bool) -> None:
     Uses SkyPilot's SSH config entry for NAME (default: the remembered cluster, else `rayjobs`);
     later commands then need no address. Prints the local dashboard URL on stdout.
     """
-    from rayjobs import cluster
+    from rayjobs import tunnel
 
     if close:
-        closed = cluster.disconnect()
+        closed = tunnel.disconnect()
         click.echo("rayjobs: tunnel closed" if closed else "rayjobs: no open tunnel", err=True)
         return
-    rec = run_cli(lambda: cluster.connect(name, port=port))
+    rec = run_cli(lambda: tunnel.connect(name, port=port))
     click.echo(rec["address"])
 
 
@@ -54,10 +54,10 @@ def connect_cmd(name: Optional[str], port: Optional[int], close: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the view as JSON.")
 def cluster_cmd(as_json: bool) -> None:
     """Nodes, GPUs used/free and the queue of the current cluster."""
-    from rayjobs import cluster
+    from rayjobs import clusterview
 
-    v = run_cli(cluster.view)
-    click.echo(json.dumps(v, indent=2) if as_json else cluster.render(v))
+    v = run_cli(clusterview.view)
+    click.echo(json.dumps(v, indent=2) if as_json else clusterview.render(v))
 
 
 @main.command("down")
