@@ -65,7 +65,7 @@ def check_all(prepared: Sequence[Any]) -> None:
     """Check every point (``submit.Prepared``) before anything is submitted; raise ConfigError."""
     if not prepared or not _enabled(prepared):
         return
-    from rayjobs import preflight_verl, settings
+    from rayjobs import preflight_verl, settings, verlhelper
 
     t0 = time.perf_counter()
     plains = resolve_points([p.composed.cfg for p in prepared])
@@ -95,7 +95,7 @@ def check_all(prepared: Sequence[Any]) -> None:
             d = dict(plains[i])
             d.pop("rayjobs", None)
             configs.append(d)
-        results, why = preflight_verl.validate(configs)
+        results, why = verlhelper.validate(configs)
         if results is None:
             note(f"verl's own validation did not run ({why}); only rayjobs' own checks ran (batch sizes, micro-batches, "
                  f"rollout backend, estimator, critic, paths, reward), and verl validates again in the job's "

@@ -44,7 +44,7 @@ def main() -> None:
     for split in ("train", "test"):
         pq.write_table(pa.table({"data_source": ["openai/gsm8k"] * 8, "prompt": ["q"] * 8}), d / f"{split}.parquet")
 
-    from rayjobs import compose, preflight, preflight_verl, rules, submit
+    from rayjobs import compose, preflight, preflight_verl, rules, submit, verlhelper
 
     base = ["+exp=ppo_gsm8k_qwen05b", f"rayjobs.storage={storage}", "trainer.logger=[console]"]
     t = time.perf_counter()
@@ -78,7 +78,7 @@ def main() -> None:
         rows.append((f"{name}", xs, shapes))
 
     if have_verl:
-        preflight_verl.stop_helper()
+        verlhelper.stop_helper()
         time.sleep(1)
         rows.append(("single, verl helper cold (first submit: starts it, imports verl)", [check(p_one)],
                      preflight.last_timing.get("verl_configs", 0)))
@@ -96,7 +96,7 @@ def main() -> None:
     cli = [PY, "-m", "rayjobs.submit", *base, "rayjobs.dry_run=true"]
     e2e = benchlib.interleaved({"on": lambda: benchlib.timed(cli), "off": lambda: benchlib.timed(cli + ["rayjobs.preflight=false"])},
                                rounds=a.rounds)
-    preflight_verl.stop_helper()
+    verlhelper.stop_helper()
 
     med = benchlib.median
     lines = [
