@@ -13,7 +13,7 @@ from typing import Any, Optional, Sequence
 
 from rayjobs import metrics
 from rayjobs.errors import ConfigError, RayjobsError
-from rayjobs.joblist import field, meta, overrides_label
+from rayjobs.joblist import field, meta, overrides_label, status_of
 
 DEFAULT_METRIC = "critic/score/mean"
 
@@ -71,9 +71,8 @@ def collect(dash: Any, jobs: Sequence[Any], metric_names: Optional[Sequence[str]
     out_jobs = []
     for j, label, (h, src) in zip(jobs, labels(jobs), hists):
         series = {m: [[s, d[m]] for s, d in h.items() if m in d and math.isfinite(d[m])] for m in names}
-        status = str(getattr(field(j, "status"), "value", field(j, "status")) or "").split(".")[-1]
         out_jobs.append({"id": field(j, "submission_id"), "label": label, "source": src, "series": series,
-                         "steps": len(h), "status": status})
+                         "steps": len(h), "status": status_of(j).split(".")[-1]})
     return {"metrics": names, "jobs": out_jobs}
 
 

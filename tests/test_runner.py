@@ -18,12 +18,17 @@ from rayjobs import runner
 PROBE = "import os; open('started-here', 'w').write(os.getcwd())"
 
 
-def test_trainer_starts_in_a_working_dir_unpacked_again(tmp_path: Path, monkeypatch, capsys) -> None:
+def _enter_job_dir(tmp_path: Path, monkeypatch) -> tuple[Path, str]:
+    """A job's working dir as Ray's supervisor leaves it (cwd + $PWD), and the runner's view of it."""
     job_dir = tmp_path / "_ray_pkg_abc"
     job_dir.mkdir()
     monkeypatch.chdir(job_dir)
     monkeypatch.setenv("PWD", str(job_dir))
-    workdir = runner.start_dir()
+    return job_dir, runner.start_dir()
+
+
+def test_trainer_starts_in_a_working_dir_unpacked_again(tmp_path: Path, monkeypatch, capsys) -> None:
+    job_dir, workdir = _enter_job_dir(tmp_path, monkeypatch)
     assert workdir == str(job_dir)
 
     # What Ray did while the job waited: the directory is removed and unpacked again at the same path.
@@ -55,11 +60,7 @@ def test_start_dir_ignores_a_stale_pwd(tmp_path: Path, monkeypatch) -> None:
 def test_trainer_waits_for_a_working_dir_being_unpacked(tmp_path: Path, monkeypatch, capsys) -> None:
     import threading
 
-    job_dir = tmp_path / "_ray_pkg_def"
-    job_dir.mkdir()
-    monkeypatch.chdir(job_dir)
-    monkeypatch.setenv("PWD", str(job_dir))
-    workdir = runner.start_dir()
+    job_dir, workdir = _enter_job_dir(tmp_path, monkeypatch)
     shutil.rmtree(job_dir)   # Ray's unpack: rmtree first, then unzip
     threading.Timer(0.5, job_dir.mkdir).start()
     code = runner.run_attempts([sys.executable, "-c", PROBE], {}, dict(os.environ), workdir)

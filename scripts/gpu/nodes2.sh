@@ -35,8 +35,9 @@ if [ "$PHASE" = start ]; then
   [ -f $RAYJOBS_STORAGE/models/tiny-qwen2/config.json ] || python3 scripts/gpu/make_tiny.py $RAYJOBS_STORAGE 2>&1 | grep -v Writing
 
   mark "cluster: bootstrap/ray_node.py rank 0, then rank 1"
-  if [ "${RESET:-0}" = 1 ]; then   # end a previous attempt's cluster on this machine: the sessions of its raylets
-    for sid in $(ps -C raylet -o sid=); do pkill -9 -s $sid; done; sleep 2; rm -rf $ND/node0 $ND/node1
+  if [ "${RESET:-0}" = 1 ]; then   # end this script's earlier cluster, by PID: the processes naming its temp dirs
+    python3 -c "from rayjobs.embedded import pids_naming, terminate; terminate(lambda: pids_naming('/tmp/rn0/', '/tmp/rn1/'))"
+    rm -rf $ND/node0 $ND/node1
   fi
   TOKEN=$(python3 -c "import secrets; print(secrets.token_hex(24))")   # `rayjobs up` passes it as a SkyPilot secret
   # RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0: with loopback node addresses on one host, Ray's own
