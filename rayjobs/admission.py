@@ -17,6 +17,7 @@ from dataclasses import asdict
 from typing import Any, Callable, Optional
 
 from rayjobs import capacity
+from rayjobs.jobs import RUNNER_OF
 from rayjobs.queue import (ACTOR_NAME, HEARTBEAT_S, NAMESPACE, SWITCH_ENV, QueueActor, Request, enabled,
                            request_from_metadata)
 
@@ -34,15 +35,23 @@ def connect() -> None:
 
     The job's own config (``RAY_JOB_CONFIG_JSON_ENV_VAR``: its runtime_env and metadata) is kept
     out: the detached queue actor must not inherit one job's working_dir, and the trainer's driver
-    stays the one Ray links to the submission.
+    stays the one Ray links to the submission. Ray therefore lists this driver as a job of its own
+    (type DRIVER); its metadata ``RUNNER_OF`` names the submission so that rayjobs' views
+    (:func:`rayjobs.jobs.list_jobs`) leave it out and ``ray job list`` readers can tell what it is.
     """
     import ray
+    from ray.job_config import JobConfig
 
     if ray.is_initialized():
         return
     saved = os.environ.pop("RAY_JOB_CONFIG_JSON_ENV_VAR", None)
     try:
-        ray.init(namespace=NAMESPACE, logging_level="ERROR", log_to_driver=False, configure_logging=False)
+        sid = str((json.loads(saved or "{}").get("metadata") or {}).get("job_submission_id") or "?")
+    except ValueError:
+        sid = "?"
+    try:
+        ray.init(namespace=NAMESPACE, logging_level="ERROR", log_to_driver=False, configure_logging=False,
+                 job_config=JobConfig(metadata={RUNNER_OF: sid}))
     finally:
         if saved is not None:
             os.environ["RAY_JOB_CONFIG_JSON_ENV_VAR"] = saved

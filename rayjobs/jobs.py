@@ -17,6 +17,8 @@ from rayjobs.errors import ClusterUnreachable, ConfigError, JobNotFound, SubmitE
 from rayjobs.settings import Target
 
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
+#: Metadata key of a runner's own Ray driver: the submission id it runs (rayjobs.admission.connect).
+RUNNER_OF = "rayjobs_runner_of"
 _QUIET = logging.getLogger("rayjobs.quiet")
 _QUIET.setLevel(logging.CRITICAL)
 
@@ -67,11 +69,17 @@ def info(c: Any, job_id: str) -> Any:
 
 
 def list_jobs(c: Any) -> list[Any]:
-    """All jobs on the cluster (Ray has no filter; callers filter)."""
+    """All jobs on the cluster (Ray has no filter; callers filter), less rayjobs' runner drivers.
+
+    Each rayjobs job's runner connects to Ray for the queue as a driver of its own, which Ray lists
+    as a separate DRIVER job (tagged ``rayjobs_runner_of``; see :func:`rayjobs.admission.connect`);
+    counted, two jobs showed as "4 SUCCEEDED". Other drivers (a user's ``ray.init``) stay listed.
+    """
     try:
-        return list(c.list_jobs())
+        found = list(c.list_jobs())
     except Exception as e:
         raise ClusterUnreachable(f"could not list jobs: {' '.join(str(e).split())[:300]}") from e
+    return [j for j in found if RUNNER_OF not in (getattr(j, "metadata", None) or {})]
 
 
 def resolve_id(c: Any, prefix: str, jobs: Optional[Iterable[Any]] = None) -> str:
