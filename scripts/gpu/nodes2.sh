@@ -2,6 +2,7 @@
 # The two-node shape on one 2-GPU machine (nvidia-h200-x2), repo root as cwd (docs/gpu-e2e.md §4):
 #   bash scripts/gpu/nodes2.sh start    # call 1: install, model/data, the cluster, the sweep, tail point 1
 #   bash scripts/gpu/nodes2.sh finish   # call 2: tail point 2 (live panel), status, list, plot, logs
+# NODES=1 runs the same on one GPU (nvidia-h200): the node script as a 1-node cluster, a 1-GPU sweep.
 # The cluster is formed by the real node script (bootstrap/ray_node.py) run twice, the way SkyPilot
 # runs it on two nodes: SKYPILOT_NODE_RANK 0 and 1, SKYPILOT_NODE_IPS lists both (here the same
 # host, 127.0.0.1 and 127.0.0.2), SKYPILOT_NUM_GPUS_PER_NODE=1, one GPU each (CUDA_VISIBLE_DEVICES), each with
@@ -16,6 +17,9 @@ PHASE=${1:-start}; shift || true
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 W=${W:-/root/work2}; mkdir -p $W
 ND=${ND:-/root}                  # node dirs: $ND/node0, $ND/node1
+NODES=${NODES:-2}                # 2: the two-node shape; 1: one node, one GPU
+[ "$NODES" = 1 ] || [ "$NODES" = 2 ] || { echo "NODES must be 1 or 2"; exit 2; }
+IPS=$'127.0.0.1\n127.0.0.2'; [ "$NODES" = 1 ] && IPS=127.0.0.1
 left() { echo $(( LIMIT - ($(date +%s) - T0) )); }
 mark() { echo "### [t=$(( $(date +%s) - T0 ))s] $*"; }
 RJ="python3 -m rayjobs.cli"
@@ -46,7 +50,7 @@ if [ "$PHASE" = start ]; then
   # switch makes them keep 127.0.0.1; only Ray's `ray start` CLI refuses workers under it, and the
   # node script starts Ray without that CLI. Real SkyPilot nodes have real addresses: not needed.
   node() {  # RANK GPU
-    env RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 SKYPILOT_NODE_RANK=$1 SKYPILOT_NODE_IPS=$'127.0.0.1\n127.0.0.2' SKYPILOT_NUM_NODES=2 \
+    env RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 SKYPILOT_NODE_RANK=$1 SKYPILOT_NODE_IPS="$IPS" SKYPILOT_NUM_NODES=$NODES \
         SKYPILOT_NUM_GPUS_PER_NODE=1 CUDA_VISIBLE_DEVICES=$2 RAY_AUTH_TOKEN=$TOKEN \
         RAYJOBS_NODE_DIR=$ND/node$1 RAYJOBS_AGENT_PORT=$(( 52366 + $1 )) RAYJOBS_JOIN_TIMEOUT=180 \
         RAYJOBS_RAY_TEMP_DIR=/tmp/rn$1 \
@@ -64,26 +68,28 @@ if [ "$PHASE" = start ]; then
   node 0 0 > $W/node0.log 2>&1 &
   N0=$!
   for _ in $(seq 1 600); do grep -q "waiting: \|cluster ready\|error" $W/node0.log && break; sleep 0.1; done
-  node 1 1 > $W/node1.log 2>&1; rc1=$?
+  rc1=0; : > $W/node1.log
+  [ "$NODES" = 2 ] && { node 1 1 > $W/node1.log 2>&1; rc1=$?; }
   wait $N0; rc0=$?
   cat $W/node1.log $W/node0.log
   echo "node script exit codes: rank 0 $rc0, rank 1 $rc1" | tee -a $W/summary.txt
   if [ $rc0 != 0 ] || [ $rc1 != 0 ]; then cp $W/node0.log $W/node1.log $W/summary.txt $OUT/; exit 1; fi
   mark "node scripts done"
   for _ in $(seq 1 60); do   # rank 1's script returns once the head lists it; its GPU shows a moment later
-    $RJ cluster --json > $W/cluster.json 2>/dev/null && python3 - $W/cluster.json <<'PY' && break
+    $RJ cluster --json > $W/cluster.json 2>/dev/null && python3 - $W/cluster.json $NODES <<'PY' && break
 import json, sys
 d = json.load(open(sys.argv[1]))
 nodes = d.get("nodes", [])
-sys.exit(0 if len(nodes) == 2 and sum(n.get("gpus", 0) for n in nodes) == 2 else 1)
+want = int(sys.argv[2])
+sys.exit(0 if len(nodes) == want and sum(n.get("gpus", 0) for n in nodes) == want else 1)
 PY
     sleep 1
   done
   $RJ cluster 2>&1 | tee -a $W/summary.txt
 
-  mark "sweep submit (2 nodes x 1 GPU per point)"
+  mark "sweep submit ($NODES node(s) x 1 GPU per point)"
   ta=$(date +%s.%N)
-  python3 -m rayjobs.submit -m +exp=gpu_tiny_grpo trainer.nnodes=2 trainer.n_gpus_per_node=1 \
+  python3 -m rayjobs.submit -m +exp=gpu_tiny_grpo trainer.nnodes=$NODES trainer.n_gpus_per_node=1 \
     actor_rollout_ref.actor.kl_loss_coef=0.001,0.1 "$@" > $W/ids.txt 2> $W/submit.err
   rc=$?; cat $W/submit.err
   echo "sweep submit: exit $rc after $(python3 -c "print(round($(date +%s.%N)-$ta,2))") s" | tee -a $W/summary.txt
@@ -117,7 +123,7 @@ if [ "$PHASE" = start ]; then
   $RJ list --sweep $S 2>&1 | tee -a $W/summary.txt
   $RJ logs $J1 > $W/j1.log 2>&1
   grep -E "\[rayjobs\]|world_size|Resource pool|placement" $W/j1.log | head -20 | cut -c1-300
-  python3 scripts/gpu/summarize.py "2nodes-point1=$W/j1.log" >> $W/summary.txt
+  python3 scripts/gpu/summarize.py "${NODES}node-point1=$W/j1.log" >> $W/summary.txt
   $RJ plot --sweep $S -o $OUT/sweep2.png --json > $W/plot.json 2>> $W/summary.txt
   head -c 2000 $W/plot.json | tee -a $W/summary.txt; echo
   if [ "${STOP2:-0}" = 1 ]; then   # no time for point 2 in this call: stop it (graceful), show it
@@ -145,7 +151,7 @@ $RJ list --sweep $S 2>&1 | tee -a $W/summary.txt
 $RJ cluster 2>&1 | tee -a $W/summary.txt
 $RJ logs $J1 > $W/j1.log 2>&1; $RJ logs $J2 > $W/j2.log 2>&1
 grep -E "world_size|nnodes|WorkerDict|placement|node_ip|NCCL INFO (Init|Channel 00)" $W/j1.log | head -20 | cut -c1-300
-python3 scripts/gpu/summarize.py "2nodes-point1=$W/j1.log" "2nodes-point2=$W/j2.log" >> $W/summary.txt
+python3 scripts/gpu/summarize.py "${NODES}node-point1=$W/j1.log" "${NODES}node-point2=$W/j2.log" >> $W/summary.txt
 cp $W/summary.txt $W/node0.log $W/node1.log $OUT/ 2>/dev/null; cat $W/summary.txt | tail -40
 s=/tmp/rn0/session_latest
 tar -czf $OUT/logs.tgz --exclude='logs/events' --exclude='python-core-*' -C $(dirname $W) $(basename $W) -C $s logs 2>/dev/null
