@@ -18,8 +18,8 @@ from typing import Any, Callable, Optional
 
 from rayjobs import capacity
 from rayjobs.jobs import RUNNER_OF
-from rayjobs.queue import (ACTOR_NAME, HEARTBEAT_S, NAMESPACE, SWITCH_ENV, QueueActor, Request, enabled,
-                           request_from_metadata)
+from rayjobs.queue import ACTOR_NAME, HEARTBEAT_S, NAMESPACE, SWITCH_ENV, QueueActor, enabled
+from rayjobs.request import Request, request_from_metadata
 
 # --------------------------------------------------------------------------- runner side
 class Stopped(Exception):

@@ -18,8 +18,9 @@ drops jobs whose runner died (Ray's job table) or went silent (heartbeats).
   Ray log dir, read with the dashboard's log API (:func:`rayjobs.queueview.overlay`), so
   ``rayjobs list`` needs only the Jobs/dashboard HTTP API.
 
-This module is the actor and its requests; :mod:`rayjobs.admission` is the runner's side and
-:mod:`rayjobs.queueview` the laptop's.
+This module is the actor; :mod:`rayjobs.request` what a runner asks it, :mod:`rayjobs.admission`
+the runner's side, :mod:`rayjobs.statusfile` the file it keeps and :mod:`rayjobs.queueview` the
+laptop's view.
 
 This module imports Ray only inside functions: ``rayjobs.submit`` imports it for the fit check.
 """
@@ -28,19 +29,17 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import json
 import os
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, Optional
 
 from rayjobs import capacity
+from rayjobs.request import Request
+from rayjobs.statusfile import PROTOCOL, StatusFile
 
 NAMESPACE = "rayjobs"
 ACTOR_NAME = "queue"
-STATUS_FILE = "rayjobs_queue.json"
-PROTOCOL = 1
 #: Head-side settings (read from the environment of ``ray start`` on the head).
 BACKFILL_ENV = "RAYJOBS_QUEUE_BACKFILL_S"
 DEFAULT_BACKFILL_S = 300.0
@@ -56,64 +55,6 @@ WAIT_POLL_S = 0.1  #: while jobs wait, look at the cluster this often (a trainer
 
 def enabled() -> bool:
     return os.environ.get(SWITCH_ENV, "1").strip().lower() not in ("0", "off", "false", "no")
-
-
-# --------------------------------------------------------------------------- requests
-@dataclass
-class Request:
-    """What a runner asks for. Order: higher priority, then submitted, sweep point, Ray's creation time."""
-
-    id: str
-    groups: list[int]
-    priority: int = 0
-    submitted: float = 0.0  #: epoch seconds (metadata ``submitted_at``)
-    point: int = 0  #: index in its sweep (points share ``submitted_at``)
-    created_ms: int = 0  #: Ray's job creation time (ms): breaks ties within a second
-    since: float = 0.0  #: when this job first asked (survives actor restarts)
-    runner_job: str = ""  #: the runner's Ray JobID (hex): the actor watches it for liveness
-    retries: int = 0  #: rayjobs.max_retries: with retries left, GPUs stay reserved between attempts
-    version: str = ""
-
-    def key(self) -> tuple:
-        return (-self.priority, self.submitted, self.point, self.created_ms, self.id)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Request":
-        """Tolerant of runners of another rayjobs version (unknown fields are ignored)."""
-        names = {f for f in cls.__dataclass_fields__}
-        return cls(**{k: v for k, v in d.items() if k in names})
-
-
-def _epoch(iso: str) -> float:
-    try:
-        return datetime.fromisoformat(iso).timestamp()
-    except (TypeError, ValueError):
-        return 0.0
-
-
-def request_from_metadata(sid: str, meta: dict[str, Any], created_ms: int = 0, runner_job: str = "") -> Request:
-    from rayjobs import __version__
-
-    try:
-        groups = capacity.clean_groups(json.loads(meta.get("gpu_groups") or "[]"))
-    except (TypeError, ValueError):
-        groups = []
-    point = 0
-    sweep = meta.get("sweep") or ""
-    if sweep and sid.startswith(sweep + "-") and sid[len(sweep) + 1:].isdigit():
-        point = int(sid[len(sweep) + 1:])
-    try:
-        priority = int(meta.get("priority") or 0)
-    except ValueError:
-        priority = 0
-    try:
-        retries = int(meta.get("max_retries") or 0)
-    except ValueError:
-        retries = 0
-    submitted = _epoch(meta.get("submitted_at", "")) or created_ms / 1000.0
-    return Request(id=sid, groups=groups, priority=priority, submitted=submitted, point=point,
-                   created_ms=int(created_ms or 0), since=time.time(), runner_job=runner_job, retries=retries,
-                   version=__version__)
 
 
 # --------------------------------------------------------------------------- the actor
@@ -139,17 +80,15 @@ class QueueActor:
         self.reserving_for: Optional[str] = None
         self.events: collections.deque = collections.deque(maxlen=2000)
         self.started = time.time()
-        self._status_path = self._find_status_path()
+        self._status = StatusFile()
         # After a restart (or a re-creation: a previous actor's status file still lists jobs),
         # admit nothing for a moment: admitted runners re-register within a heartbeat.
-        restarted = bool(ray.get_runtime_context().was_current_actor_reconstructed) or self._had_jobs()
+        restarted = bool(ray.get_runtime_context().was_current_actor_reconstructed) or self._status.had_jobs()
         self.grace_until = time.monotonic() + (RESTART_GRACE_S if restarted else 0.0)
         self._loop: Optional[asyncio.Task] = None
         self._wake: Optional[asyncio.Event] = None
         self._fast_until = 0.0
         self._reaped_at = 0.0
-        self._status_written = ""
-        self._status_at = 0.0
         self._cluster: dict[str, float] = {}
         self._note("start", "restarted" if restarted else "")
 
@@ -391,23 +330,6 @@ class QueueActor:
         return nodes
 
     # ---------------------------------------------------------------- status file
-    def _find_status_path(self) -> Optional[str]:
-        try:
-            import ray
-
-            node = ray._private.worker._global_node
-            return os.path.join(node.get_logs_dir_path(), STATUS_FILE) if node is not None else None
-        except Exception:
-            return None
-
-    def _had_jobs(self) -> bool:
-        try:
-            with open(self._status_path or "") as f:
-                doc = json.loads(f.read())
-            return bool(doc.get("admitted") or doc.get("queue"))
-        except (OSError, ValueError):
-            return False
-
     def _doc(self) -> dict[str, Any]:
         now = time.time()
         queue = [{"id": e.req.id, "position": i + 1, "priority": e.req.priority, "gpu_groups": e.req.groups,
@@ -422,17 +344,4 @@ class QueueActor:
                 "seen": seen[:200], "cluster": self._cluster}
 
     def _write_status(self) -> None:
-        if not self._status_path:
-            return
-        doc = self._doc()
-        body = json.dumps({k: v for k, v in doc.items() if k != "updated_at"}, sort_keys=True, default=str)
-        if body == self._status_written and time.monotonic() - self._status_at < 5.0:
-            return
-        tmp = self._status_path + ".tmp"
-        try:
-            with open(tmp, "w") as f:
-                f.write(json.dumps(doc, default=str) + "\n")
-            os.replace(tmp, self._status_path)
-            self._status_written, self._status_at = body, time.monotonic()
-        except OSError:
-            pass
+        self._status.write(self._doc())

@@ -12,7 +12,7 @@ import time
 from typing import Any, Iterable, Optional, Sequence
 
 from rayjobs import capacity
-from rayjobs.queue import STATUS_FILE
+from rayjobs.statusfile import STATUS_FILE
 
 # --------------------------------------------------------------------------- laptop side (HTTP only)
 _HEAD_IDS: dict[str, str] = {}

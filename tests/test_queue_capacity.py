@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from rayjobs import capacity, queue, queueview
+from rayjobs import capacity, queueview, request
 from rayjobs.capacity import FITS, NEVER, WAIT, Node
 
 
@@ -68,11 +68,11 @@ def test_nodes_from_state_rows():
 def test_order_priority_then_submission_then_sweep_point():
     meta = lambda prio, at, sweep="": {"gpu_groups": "[1]", "priority": str(prio), "submitted_at": at, "sweep": sweep}
     reqs = [
-        queue.request_from_metadata("a", meta(0, "2026-01-01T10:00:00+00:00"), created_ms=2),
-        queue.request_from_metadata("s-1", meta(0, "2026-01-01T10:00:00+00:00", "s"), created_ms=1),
-        queue.request_from_metadata("s-0", meta(0, "2026-01-01T10:00:00+00:00", "s"), created_ms=3),
-        queue.request_from_metadata("late-high", meta(10, "2026-01-01T10:05:00+00:00"), created_ms=9),
-        queue.request_from_metadata("early", meta(0, "2026-01-01T09:59:59+00:00"), created_ms=0),
+        request.request_from_metadata("a", meta(0, "2026-01-01T10:00:00+00:00"), created_ms=2),
+        request.request_from_metadata("s-1", meta(0, "2026-01-01T10:00:00+00:00", "s"), created_ms=1),
+        request.request_from_metadata("s-0", meta(0, "2026-01-01T10:00:00+00:00", "s"), created_ms=3),
+        request.request_from_metadata("late-high", meta(10, "2026-01-01T10:05:00+00:00"), created_ms=9),
+        request.request_from_metadata("early", meta(0, "2026-01-01T09:59:59+00:00"), created_ms=0),
     ]
     assert [r.id for r in sorted(reqs, key=lambda r: r.key())] == ["late-high", "early", "a", "s-0", "s-1"]
 
