@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from typing import Any, Iterable, Optional
 
-from rayjobs import metrics
+from rayjobs import metricfiles, metrics
 from rayjobs.errors import JobNotFound, did_you_mean
 
 STATUSES = ("PENDING", "QUEUED", "RUNNING", "SUCCEEDED", "FAILED", "STOPPED")
@@ -141,7 +141,7 @@ def base_row(job: Any, over: Optional[dict[str, Any]] = None) -> dict[str, Any]:
 def add_progress(row: dict[str, Any], job: Any, dash: Any, lines: int = 400, head_scan: bool = False) -> dict[str, Any]:
     """Fill step/score/attempt/W&B from the JSONL (if readable here) or the log's tail."""
     m = meta(job)
-    files = metrics.jsonl_files(m.get("run_dir"))
+    files = metricfiles.jsonl_files(m.get("run_dir"))
     p = metrics.Progress()
     node = field(job, "driver_node_id")
     if node and dash is not None:
@@ -153,7 +153,7 @@ def add_progress(row: dict[str, Any], job: Any, dash: Any, lines: int = 400, hea
         except Exception:
             pass  # a dead node or a restarting dashboard: the row stays without progress
     if files:
-        rec = metrics.last_jsonl_record(files[-1])
+        rec = metricfiles.last_jsonl_record(files[-1])
         if rec:
             p.step, p.last = rec[0], rec[1]
             vc = metrics.val_core(rec[1])

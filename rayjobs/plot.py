@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any, Optional, Sequence
 
-from rayjobs import metrics
+from rayjobs import metricfiles, metrics
 from rayjobs.errors import ConfigError, RayjobsError
 from rayjobs.joblist import field, meta, overrides_label, status_of
 
@@ -42,9 +42,9 @@ def history_from_log(dash: Any, job: Any) -> dict[int, dict[str, float]]:
 
 def history(dash: Any, job: Any) -> tuple[dict[int, dict[str, float]], str]:
     """(history, source) for one job: the JSONL if readable here, else its log."""
-    files = metrics.jsonl_files(meta(job).get("run_dir"))
+    files = metricfiles.jsonl_files(meta(job).get("run_dir"))
     if files:
-        return metrics.merge_attempts(metrics.read_jsonl(f) for f in files), "jsonl"
+        return metricfiles.merge_attempts(metricfiles.read_jsonl(f) for f in files), "jsonl"
     return history_from_log(dash, job), "log"
 
 

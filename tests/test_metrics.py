@@ -3,7 +3,7 @@
 import json
 import random
 
-from rayjobs import metrics
+from rayjobs import metricfiles, metrics
 from rayjobs.progress import LiveView, PlainView, status_line
 
 PREFIX = "\x1b[36m(TaskRunner pid=4242)\x1b[0m "
@@ -106,12 +106,12 @@ def test_jsonl_read_merge_and_last(tmp_path):
     a2.write_text(json.dumps({"step": 2, "data": {"val-core/v": 0.5}}) + "\n"
                   + "".join(json.dumps({"step": s, "data": {"x": 10 * s}}) + "\n" for s in (3, 4, 5)))
     a10.write_text("")
-    assert [p.name for p in metrics.jsonl_files(str(tmp_path))] == ["metrics.1.jsonl", "metrics.2.jsonl", "metrics.10.jsonl"]
-    assert list(metrics.read_jsonl(a1))[-1] == (4, {"x": 4.0})  # torn line skipped, strings dropped
-    merged = metrics.merge_attempts(metrics.read_jsonl(p) for p in (a1, a2))
+    assert [p.name for p in metricfiles.jsonl_files(str(tmp_path))] == ["metrics.1.jsonl", "metrics.2.jsonl", "metrics.10.jsonl"]
+    assert list(metricfiles.read_jsonl(a1))[-1] == (4, {"x": 4.0})  # torn line skipped, strings dropped
+    merged = metricfiles.merge_attempts(metricfiles.read_jsonl(p) for p in (a1, a2))
     assert merged == {1: {"x": 1.0}, 2: {"x": 2.0, "val-core/v": 0.5}, 3: {"x": 30.0}, 4: {"x": 40.0}, 5: {"x": 50.0}}
-    assert metrics.last_jsonl_record(a1) == (4, {"x": 4.0})
-    assert metrics.jsonl_files(str(tmp_path / "absent")) == [] and metrics.jsonl_files(None) == []
+    assert metricfiles.last_jsonl_record(a1) == (4, {"x": 4.0})
+    assert metricfiles.jsonl_files(str(tmp_path / "absent")) == [] and metricfiles.jsonl_files(None) == []
 
 
 def test_views_render_without_a_cluster(capsys):
