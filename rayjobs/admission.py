@@ -30,8 +30,8 @@ def _log(msg: str) -> None:
     print(f"[rayjobs] {msg}", flush=True)
 
 
-def connect() -> None:
-    """Connect this runner to the cluster as a plain driver (idempotent).
+def connect(sid: str = "") -> None:
+    """Connect this runner (of job ``sid``) to the cluster as a plain driver (idempotent).
 
     The job's own config (``RAY_JOB_CONFIG_JSON_ENV_VAR``: its runtime_env and metadata) is kept
     out: the detached queue actor must not inherit one job's working_dir, and the trainer's driver
@@ -46,12 +46,8 @@ def connect() -> None:
         return
     saved = os.environ.pop("RAY_JOB_CONFIG_JSON_ENV_VAR", None)
     try:
-        sid = str((json.loads(saved or "{}").get("metadata") or {}).get("job_submission_id") or "?")
-    except ValueError:
-        sid = "?"
-    try:
         ray.init(namespace=NAMESPACE, logging_level="ERROR", log_to_driver=False, configure_logging=False,
-                 job_config=JobConfig(metadata={RUNNER_OF: sid}))
+                 job_config=JobConfig(metadata={RUNNER_OF: sid or "?"}))
     finally:
         if saved is not None:
             os.environ["RAY_JOB_CONFIG_JSON_ENV_VAR"] = saved
@@ -146,7 +142,7 @@ def admit(sid: str, meta: dict[str, Any], log: Callable[[str], None] = _log) -> 
 
     with _StopFlag() as stop:
         started = time.time()
-        connect()
+        connect(sid)
         req.created_ms = _created_ms(sid)
         req.runner_job = ray.get_runtime_context().get_job_id()
         h = _Handle(stop)

@@ -169,3 +169,22 @@ def test_stop_a_running_sweep(cluster, client, wd):
     assert again.returncode == 0 and again.stderr.count("already STOPPED") == 2
     one_line_error(cli("stop"), "rayjobs stop ID")
     one_line_error(cli("stop", "nope-nope-nope"), "nope-nope-nope")
+
+
+def test_cluster_view_counts_a_job_once_though_its_runner_is_a_driver_too(cluster, client, workdir) -> None:
+    # Not in test_cluster.py: that module needs SkyPilot; this needs only the embedded head.
+    # The runner connects to Ray for the queue as a driver of its own, which Ray lists as a second
+    # job. Seen on the device: a 2-point sweep shown as "4 SUCCEEDED" by `rayjobs cluster`.
+    def total() -> int:
+        r = rayjobs_cli("cluster", "--json")
+        assert r.returncode == 0, r.stderr
+        return sum(json.loads(r.stdout)["jobs"].values())
+
+    before = total()
+    r = rayjobs_submit("+exp=fake_ppo", "+fake.steps=1", cwd=workdir)
+    assert r.returncode == 0, r.stderr
+    sid = r.stdout.split()[0]
+    assert wait_terminal(client, sid) == "SUCCEEDED"
+    drivers = [j for j in client.list_jobs() if (j.metadata or {}).get("rayjobs_runner_of") == sid]
+    assert len(drivers) == 1 and str(drivers[0].type).endswith("DRIVER")  # what Ray lists
+    assert total() - before == 1  # what rayjobs shows
