@@ -10,7 +10,8 @@ from rayjobs.errors import ClusterUnreachable
 
 def view() -> dict[str, Any]:
     """Nodes (GPUs/CPUs used and total), job counts and the queue of the current target."""
-    from rayjobs import jobs
+    from rayjobs import jobs, queueview
+    from rayjobs.joblist import status_of
 
     target = settings.resolve_target()
     if target.embedded:
@@ -19,15 +20,13 @@ def view() -> dict[str, Any]:
         target = embedded.ensure(quiet=True)
     c = jobs.client(target)
     try:
-        nodes = _get(c, "/api/v0/nodes?detail=true&limit=10000")["data"]["result"]["result"]
-        status = _get(c, "/api/cluster_status?format=0")["data"]["clusterStatus"]
+        nodes = queueview.cluster_nodes(c)  # the alive ones
+        status = queueview.get_json(c, "/api/cluster_status?format=0")["data"]["clusterStatus"]
         usage = (status.get("loadMetricsReport") or {}).get("usageByNode") or {}
     except (KeyError, TypeError, ValueError, RuntimeError) as e:
         raise ClusterUnreachable(f"could not read the cluster's nodes at {target.address}: {e}") from e
     rows = []
     for n in nodes:
-        if str(n.get("state")) != "ALIVE":
-            continue
         use = usage.get(n["node_id"], {})
         total = n.get("resources_total", {})
         gpu_used, gpu_total = (use.get("GPU") or [0.0, total.get("GPU", 0.0)])[:2]
@@ -36,14 +35,12 @@ def view() -> dict[str, Any]:
                      "gpus": gpu_total, "gpus_used": gpu_used, "cpus": cpu_total, "cpus_used": cpu_used})
     rows.sort(key=lambda r: (not r["head"], str(r["ip"])))
     all_jobs = jobs.list_jobs(c)
-    from rayjobs import queueview
-
     overlay: dict[str, Any] = queueview.overlay(c, all_jobs)
     counts: dict[str, int] = {}
     queued = []
     for j in all_jobs:
         sid = j.submission_id or j.job_id
-        st = (overlay.get(sid) or {}).get("status") or str(getattr(j.status, "value", j.status)).split(".")[-1]
+        st = (overlay.get(sid) or {}).get("status") or status_of(j).split(".")[-1]
         counts[st] = counts.get(st, 0) + 1
         if st == "QUEUED":
             queued.append({"id": sid, "queue_position": overlay[sid].get("queue_position")})
@@ -59,13 +56,6 @@ def view() -> dict[str, Any]:
         "jobs": counts,
         "queue": queued,
     }
-
-
-def _get(c: Any, path: str) -> Any:
-    r = c._do_request("GET", path)
-    if r.status_code != 200:
-        raise RuntimeError(f"GET {path}: HTTP {r.status_code}")
-    return r.json()
 
 
 def render(v: dict[str, Any]) -> str:

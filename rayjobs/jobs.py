@@ -79,12 +79,9 @@ def list_jobs(c: Any) -> list[Any]:
         found = list(c.list_jobs())
     except Exception as e:
         raise ClusterUnreachable(f"could not list jobs: {' '.join(str(e).split())[:300]}") from e
-    return [j for j in found if RUNNER_OF not in _metadata(j)]
+    from rayjobs.joblist import meta
 
-
-def _metadata(job: Any) -> dict[str, Any]:
-    m = job.get("metadata") if isinstance(job, dict) else getattr(job, "metadata", None)
-    return dict(m or {})
+    return [j for j in found if RUNNER_OF not in meta(j)]
 
 
 def resolve_id(c: Any, prefix: str, jobs: Optional[Iterable[Any]] = None) -> str:

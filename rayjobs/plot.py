@@ -13,7 +13,7 @@ from typing import Any, Optional, Sequence
 
 from rayjobs import metricfiles, metrics
 from rayjobs.errors import ConfigError, RayjobsError
-from rayjobs.joblist import field, meta, overrides_label, status_of
+from rayjobs.joblist import TERMINAL, field, meta, overrides_label, status_of
 
 DEFAULT_METRIC = "critic/score/mean"
 
@@ -94,7 +94,7 @@ def render(data: dict[str, Any], out: str, title: Optional[str] = None) -> str:
         for j in data["jobs"]:
             pts = j["series"].get(m) or []
             if not pts:  # still in the legend, so a sweep's queued or starting points are not lost
-                ended = j.get("status") in ("SUCCEEDED", "FAILED", "STOPPED")  # then not "yet"
+                ended = j.get("status") in TERMINAL  # then not "yet"
                 note = f"nothing logged, {j['status']}" if ended else "nothing logged yet"
                 ax.plot([], [], "x", color="0.6", label=f"{j['label']} ({note})")
                 continue

@@ -12,13 +12,15 @@ import time
 from typing import Any, Iterable, Optional, Sequence
 
 from rayjobs import capacity
+from rayjobs.joblist import field, meta, status_of
 from rayjobs.statusfile import STATUS_FILE
 
 # --------------------------------------------------------------------------- laptop side (HTTP only)
 _HEAD_IDS: dict[str, str] = {}
 
 
-def _get_json(client: Any, path: str) -> Any:
+def get_json(client: Any, path: str) -> Any:
+    """GET a dashboard API path as JSON (RuntimeError on a non-200 answer)."""
     r = client._do_request("GET", path)
     if r.status_code != 200:
         raise RuntimeError(f"GET {path}: HTTP {r.status_code}")
@@ -27,7 +29,7 @@ def _get_json(client: Any, path: str) -> Any:
 
 def cluster_nodes(client: Any) -> list[dict[str, Any]]:
     """Alive nodes from the dashboard's state API (``/api/v0/nodes``)."""
-    doc = _get_json(client, "/api/v0/nodes?detail=true&limit=10000")
+    doc = get_json(client, "/api/v0/nodes?detail=true&limit=10000")
     rows = doc["data"]["result"]["result"]
     return [r for r in rows if str(r.get("state")) == "ALIVE"]
 
@@ -53,8 +55,7 @@ def read_status(client: Any) -> Optional[dict[str, Any]]:
 
 
 def _status_of(j: Any) -> str:
-    s = j.get("status") if isinstance(j, dict) else getattr(j, "status", "")
-    return str(getattr(s, "value", s)).split(".")[-1]
+    return status_of(j).split(".")[-1]
 
 
 def _id_of(j: Any) -> str:
@@ -110,21 +111,16 @@ def _starting_without_queue(jobs: Optional[Iterable[Any]], now_ms: Optional[floa
     for j in jobs:
         if isinstance(j, str) or _status_of(j) != "RUNNING" or not _wants_gpus(j):
             continue
-        start = j.get("start_time") if isinstance(j, dict) else getattr(j, "start_time", None)
+        start = field(j, "start_time")
         if start and now_ms - float(start) < STARTING_S * 1000:
             out[_id_of(j)] = {"status": "PENDING", "queue_position": None}
     return out
 
 
-def _meta_of(j: Any) -> dict[str, Any]:
-    m = j.get("metadata") if isinstance(j, dict) else getattr(j, "metadata", None)
-    return dict(m or {})
-
-
 def _wants_gpus(j: Any) -> bool:
     """Does this job's runner ask the queue (it has GPU groups)?"""
     try:
-        return bool(capacity.clean_groups(json.loads(_meta_of(j).get("gpu_groups") or "[]")))
+        return bool(capacity.clean_groups(json.loads(meta(j).get("gpu_groups") or "[]")))
     except (TypeError, ValueError):
         return False
 
