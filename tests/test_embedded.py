@@ -1,0 +1,204 @@
+"""`rayjobs local start/stop` of an embedded head of its own (not the session's shared head).
+
+A stop leaves no process of the head behind -- counted independently of how rayjobs finds them:
+`local start` runs under a child subreaper, so every process started for the head, whatever its
+session or command line, stays a descendant of it -- so a start right after it gets a head that
+runs jobs; and a start whose dashboard agent cannot listen fails with one line (exit 2) instead
+of leaving a head that refuses every job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import select
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+from conftest import rayjobs_cli, rayjobs_submit, wait_terminal
+
+from rayjobs import embedded, jobs
+
+MARK = "rje-driver-marker"
+#: Runs `rayjobs local start` as a child subreaper (orphans are reparented to it, not to init, so
+#: the whole head stays in its process tree), reaps them, and stays until its stdin closes.
+SUBREAPER = r"""
+import ctypes, json, os, subprocess, sys, threading, time
+ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+r = subprocess.run([sys.executable, "-m", "rayjobs.cli", "local", "start"], capture_output=True, text=True)
+print(json.dumps([r.returncode, r.stdout, r.stderr]), flush=True)
+def reap():
+    while True:
+        try:
+            os.wait()
+        except ChildProcessError:
+            time.sleep(0.1)
+threading.Thread(target=reap, daemon=True).start()
+sys.stdin.read()
+"""
+
+
+class Started:
+    """`rayjobs local start` under a subreaper: :meth:`pids` is every live process it started."""
+
+    def __init__(self, home: Path) -> None:
+        env = dict(os.environ, RAYJOBS_HOME=str(home))
+        self.p = subprocess.Popen([sys.executable, "-c", SUBREAPER], env=env, text=True,
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+
+    def result(self, timeout: float = 150) -> tuple[int, str, str]:
+        """(exit code, stdout, stderr) of `local start`."""
+        ready, _, _ = select.select([self.p.stdout], [], [], timeout)
+        assert ready, "`rayjobs local start` did not return"
+        rc, out, err = json.loads(self.p.stdout.readline())
+        return rc, out, err
+
+    def pids(self) -> dict[int, int]:
+        """PID -> start time of every live (non-zombie) descendant."""
+        kids: dict[int, list[int]] = {}
+        for d in Path("/proc").iterdir():
+            try:
+                if d.name.isdigit():
+                    kids.setdefault(int((d / "stat").read_text().rsplit(")", 1)[1].split()[1]), []).append(int(d.name))
+            except OSError:
+                continue
+        found, todo = {}, [self.p.pid]
+        while todo:
+            for child in kids.get(todo.pop(), []):
+                st = _start_time(child)
+                if st is not None:
+                    found[child] = st
+                todo.append(child)
+        return found
+
+    def close(self) -> None:
+        self.p.stdin.close()
+        self.p.wait(timeout=30)
+
+
+@pytest.fixture
+def home() -> Iterator[Path]:
+    """A RAYJOBS_HOME of its own (short: Ray's unix socket paths are limited); its head is stopped after."""
+    root = Path(tempfile.mkdtemp(prefix="rje", dir="/tmp"))
+    try:
+        yield root / "rj"
+    finally:
+        rayjobs_cli("local", "stop", env={"RAYJOBS_HOME": str(root / "rj")}, timeout=60)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _start_time(pid: int) -> int | None:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return None if fields[0] in ("Z", "X") else int(fields[19])  # a zombie holds nothing
+
+
+def _cmdline(pid: int, limit: int = 100) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:limit]
+    except OSError:
+        return "?"
+
+
+def _record(home: Path) -> dict[str, Any]:
+    return json.loads((home / "local" / "head.json").read_text())
+
+
+def _wait_running(client: Any, job_id: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while str(client.get_job_status(job_id)) != "RUNNING":
+        assert time.monotonic() < deadline, f"{job_id}: {client.get_job_status(job_id)}"
+        time.sleep(0.2)
+
+
+def test_stop_leaves_no_process_and_a_start_at_once_runs_jobs(home, workdir):
+    env = {"RAYJOBS_HOME": str(home)}
+    head = Started(home)
+    try:
+        rc, out, err = head.result()
+        assert rc == 0, err
+        # a rayjobs job (recorded in this home's ledger) that the next head will not know
+        sub = rayjobs_submit("+exp=fake_ppo", "+fake.steps=1", cwd=workdir, env=env)
+        assert sub.returncode == 0, sub.stderr
+        old_id = sub.stdout.strip()
+        rec = _record(home)
+        assert out.strip() == rec["dashboard"]
+        client = jobs.client(embedded.target(rec))
+        # A running job: Ray starts its driver in a session of its own, under a worker.
+        sleeper = f"python3 -c 'import time; print(\"{MARK}\", flush=True); time.sleep(600)'"
+        job = jobs.submit(client, {"entrypoint": sleeper})
+        _wait_running(client, job)
+        deadline = time.monotonic() + 30
+        while not any(MARK in _cmdline(p) for p in head.pids()):
+            assert time.monotonic() < deadline, "the job's driver never showed up"
+            time.sleep(0.2)
+        before = head.pids()
+        names = " | ".join(_cmdline(p) for p in before)
+        # What outlived the old stop by ~70 s (none of them names the temp dir) is among them.
+        for what in ("ray::DashboardAgent", "ray::RuntimeEnvAgent", "ray.util.client.server", MARK,
+                     "raylet", "gcs_server"):
+            assert what in names, (what, names)
+
+        r = rayjobs_cli("local", "stop", env=env, timeout=60)
+        assert r.returncode == 0 and "stopped" in r.stderr, r.stderr
+        # The budget: zero processes of the old head left when stop returns.
+        left = {p for p, st in before.items() if _start_time(p) == st} | set(head.pids())
+        assert not left, [(p, _cmdline(p)) for p in sorted(left)]
+        assert len(before) >= 20, names  # what it stopped: ~30 processes with a job running
+        assert not (home / "local" / "head.json").exists()
+    finally:
+        head.close()
+
+    r = rayjobs_cli("local", "start", env=env)  # at once
+    assert r.returncode == 0, r.stderr
+    client = jobs.client(embedded.target(_record(home)))
+    job = jobs.submit(client, {"entrypoint": "python3 -c \"print('second head ok')\""})
+    assert wait_terminal(client, job, timeout=60) == "SUCCEEDED", client.get_job_logs(job)
+    assert "second head ok" in client.get_job_logs(job)
+    # The new head's job table has never seen the old job: status and list fall back to the record.
+    st = rayjobs_cli("status", old_id, "--json", env=env)
+    assert st.returncode == 0, st.stderr
+    row = json.loads(st.stdout)
+    assert (row["id"], row["status"], row["source"], row["experiment"]) == (old_id, "UNKNOWN", "record", "fake_ppo")
+    assert "not on the cluster" in st.stderr and "its head restarted" in row["message"]
+    listed = {r["id"]: r for r in json.loads(rayjobs_cli("list", "--json", env=env).stdout)}
+    assert listed[old_id]["status"] == "UNKNOWN" and listed[old_id]["source"] == "record"
+    assert "UNKNOWN (record)" in rayjobs_cli("list", env=env).stdout
+
+
+def test_a_start_whose_agent_cannot_listen_fails_in_one_line(home):
+    """Someone takes the agent's port while the head starts (what a lingering old head did)."""
+    head = Started(home)
+    try:
+        port, deadline = None, time.monotonic() + 30
+        while port is None:  # `ray start` names the agent's port seconds before the agent binds it
+            assert time.monotonic() < deadline and head.p.poll() is None, "no `ray start` seen"
+            for pid in head.pids():
+                m = re.search(r"ray start --head .*--dashboard-agent-listen-port=(\d+)", _cmdline(pid, 2000))
+                port = int(m.group(1)) if m else port
+            time.sleep(0.02)
+        with socket.socket() as taker:
+            taker.bind(("127.0.0.1", port))
+            taker.listen()
+            rc, out, err = head.result()
+        assert rc == 2, (out, err)
+        errors = [ln for ln in err.splitlines() if ln.startswith("error:")]
+        assert len(errors) == 1 and errors == err.splitlines()[-1:], err
+        assert f"dashboard agent could not listen on 127.0.0.1:{port}" in errors[0], errors[0]
+        assert "dashboard_agent.log" in errors[0] and "was stopped" in errors[0], errors[0]
+        assert out == ""
+        left = head.pids()
+        assert not left, [(q, _cmdline(q)) for q in sorted(left)]
+        assert not (home / "local" / "head.json").exists()
+    finally:
+        head.close()
