@@ -17,9 +17,9 @@ from dataclasses import asdict
 from typing import Any, Callable, Optional
 
 from rayjobs import capacity
-from rayjobs.jobs import RUNNER_OF
 from rayjobs.queue import ACTOR_NAME, HEARTBEAT_S, NAMESPACE, SWITCH_ENV, QueueActor, enabled
 from rayjobs.request import Request, request_from_metadata
+from rayjobs.shared import RUNNER_OF, stamp
 
 # --------------------------------------------------------------------------- runner side
 class Stopped(Exception):
@@ -165,7 +165,7 @@ def admit(sid: str, meta: dict[str, Any], log: Callable[[str], None] = _log) -> 
             raise Stopped(sid)
         waited = time.time() - started
         note = f" ({state['note']})" if state.get("note") else ""
-        log(f"admitted after {waited:.2f} s at {time.time():.3f}: {capacity.describe(req.groups)}{note}")
+        log(f"admitted after {waited:.2f} s at {stamp()}: {capacity.describe(req.groups)}{note}")
         h.stop = None
         return Ticket(req, h)
 

@@ -33,6 +33,10 @@ class JobNotFound(RayjobsError):
     """No job (or no unique job) matches the given id or prefix."""
 
 
+class NoSuchJob(JobNotFound):
+    """Nothing matches the given id or prefix (not: several match)."""
+
+
 class SubmitError(RayjobsError):
     """The cluster refused the submission."""
 

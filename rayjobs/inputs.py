@@ -39,9 +39,9 @@ def runtime_problems(cfg: Any, env_names: Optional[set[str]], working_dir: str, 
                 if path_kind(f) == "absolute":
                     if os.path.isfile(f):
                         data_ok.append(f)
+                        _note_sample(f)
                     else:
-                        out.append(Problem(key, f, "no such file on the cluster's storage",
-                                           "create it first (python -m rayjobs.submit +exp=prepare_data) or fix the path"))
+                        out.append(Problem(key, f, "no such file on the cluster's storage", _prepare_hint(f)))
         for key in model_keys(cfg):
             v = get_key(cfg, key)
             if isinstance(v, str) and path_kind(v) == "absolute":
@@ -55,6 +55,33 @@ def runtime_problems(cfg: Any, env_names: Optional[set[str]], working_dir: str, 
     if env_names is not None:
         out += secret_problems(cfg, env_names)
     return out
+
+
+#: The datasets ``+exp=prepare_data`` makes, by the folder name it writes them to (``<storage>/data/<name>/``).
+PREPARED_DATASETS = ("gsm8k", "math")
+
+
+def _note_sample(path: str) -> None:
+    """Say so when a data file is the small sample prepare_data falls back to offline (its prepared.json)."""
+    import json
+
+    try:
+        doc = json.loads((Path(path).parent / "prepared.json").read_text())
+    except (OSError, ValueError):
+        return
+    if doc.get("sample"):
+        rows = doc.get("rows") or {}
+        note(f"{Path(path).parent} holds the SAMPLE shipped with rayjobs ({rows.get('train', '?')} train / "
+             f"{rows.get('test', '?')} test rows), not the full dataset: fine for a check, not for scores")
+
+
+def _prepare_hint(path: str) -> str:
+    """How to make a missing data file: the prepare_data line for its dataset, when it is one of ours."""
+    parts = Path(path).parts
+    ds = parts[-2] if len(parts) >= 3 and parts[-3] == "data" else ""
+    if ds in PREPARED_DATASETS:
+        return f"create it first: python -m rayjobs.submit +exp=prepare_data rayjobs.prepare.dataset={ds}"
+    return "create it first (python -m rayjobs.submit +exp=prepare_data rayjobs.prepare.dataset=gsm8k|math) or fix the path"
 
 
 def _reward(cfg: Any, working_dir: str, data_files: list[str], files_visible: bool) -> list[Problem]:
@@ -155,13 +182,15 @@ def cluster_env_names(embedded_cluster: bool) -> Optional[set[str]]:
     from rayjobs import settings
 
     if embedded_cluster:
-        try:
-            from rayjobs import embedded
+        import json
 
-            rec = embedded.running()
-        except Exception:
-            rec = None
-        for pid in (rec or {}).get("pids", []):
+        from rayjobs import embedded
+
+        try:  # the record on disk, not a request to the head: dry-run touches no cluster
+            rec = json.loads(embedded.record_file().read_text())
+        except (OSError, ValueError):
+            rec = {}
+        for pid in rec.get("pids", []):
             try:
                 raw = Path(f"/proc/{pid}/environ").read_bytes()
             except OSError:

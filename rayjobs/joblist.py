@@ -2,7 +2,7 @@
 
 A row is a JSON-able dict with the contract's fields (design §3): ``id, status, experiment, sweep,
 overrides, priority, attempt, submitted_at, queue_position``, plus ``sweep_overrides, run, gpus,
-start_time, end_time, message, step, total_steps, score, metrics, wandb_url``. ``QUEUED`` and
+start_time, end_time, message (Ray's, without its log copy), error (the log's last exception line, FAILED jobs), step, total_steps, score, metrics, wandb_url``. ``QUEUED`` and
 ``queue_position`` come from :func:`rayjobs.queueview.overlay`.
 Progress comes from the run's metrics JSONL when its dir is readable here (the embedded
 cluster), else from the tail of the job's log.
@@ -19,7 +19,9 @@ from typing import Any, Iterable, Optional
 from rayjobs import metricfiles, metrics
 from rayjobs.errors import JobNotFound, did_you_mean
 
-STATUSES = ("PENDING", "QUEUED", "RUNNING", "SUCCEEDED", "FAILED", "STOPPED")
+#: UNKNOWN: a job of the local record that the cluster no longer knows (its head restarted, or it
+#: ran on another cluster); its row comes from the record (``"source": "record"``).
+STATUSES = ("PENDING", "QUEUED", "RUNNING", "SUCCEEDED", "FAILED", "STOPPED", "UNKNOWN")
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
 
 
@@ -129,13 +131,21 @@ def base_row(job: Any, over: Optional[dict[str, Any]] = None) -> dict[str, Any]:
         "gpus": gpus(m),
         "start_time": iso_ms(field(job, "start_time")),
         "end_time": iso_ms(field(job, "end_time")),
-        "message": field(job, "message"),
+        "message": short_message(field(job, "message")),
+        "error": None,
         "step": None,
         "total_steps": None,
         "score": None,
         "metrics": {},
         "wandb_url": None,
     }
+
+
+def short_message(message: Any) -> Optional[str]:
+    """Ray's job message without the log copy it appends (", last available logs ..."), no ANSI."""
+    if not message:
+        return None
+    return " ".join(metrics.clean(str(message)).split(", last available logs")[0].split()) or None
 
 
 def add_progress(row: dict[str, Any], job: Any, dash: Any, lines: int = 400, head_scan: bool = False) -> dict[str, Any]:
@@ -146,8 +156,10 @@ def add_progress(row: dict[str, Any], job: Any, dash: Any, lines: int = 400, hea
     node = field(job, "driver_node_id")
     if node and dash is not None:
         try:
-            tail = dash.log_tail(row["id"], node, lines, max_bytes=8 << 20)
-            metrics.feed_block(p, metrics.clean_block(tail.decode("utf-8", "replace")))
+            tail = metrics.clean_block(dash.log_tail(row["id"], node, lines, max_bytes=8 << 20).decode("utf-8", "replace"))
+            metrics.feed_block(p, tail)
+            if row["status"] == "FAILED":
+                row["error"] = metrics.failure_line(tail)
             if head_scan and not (p.wandb_url and p.total and p.attempt):
                 scan_head(dash, row["id"], node, p)
         except Exception:
@@ -239,3 +251,38 @@ def age(ts: float, now: Optional[float] = None) -> str:
         if d >= size:
             return f"{int(d // size)}{unit}"
     return f"{int(d)}s"
+
+
+def _cluster_of(entry: dict[str, Any]) -> str:
+    return str(entry.get("cluster") or entry.get("address"))
+
+
+def record_row(entry: dict[str, Any], cluster: str) -> dict[str, Any]:
+    """A row for a job the cluster does not know, from its local record (``rayjobs.ledger``).
+
+    ``cluster``: the current cluster's :attr:`rayjobs.settings.Target.key`.
+    """
+    m = {str(k): str(v) for k, v in (entry.get("metadata") or {}).items()}
+    row = base_row({"submission_id": entry.get("id"), "status": "UNKNOWN", "metadata": m})
+    same = _cluster_of(entry) == cluster
+    where = "the embedded local cluster" if _cluster_of(entry) == "embedded" else entry.get("address")
+    row.update({"attempt": None, "source": "record",
+                "message": (f"not on the cluster any more (its head restarted since it was submitted to {where})"
+                            if same else f"submitted to another cluster: {where}") + "; this row is the local record"})
+    return row
+
+
+def missing_records(known_ids: Iterable[str], cluster: str, sweep: Optional[str] = None) -> list[dict[str, Any]]:
+    """Rows of recorded jobs the cluster does not list: those submitted to ``cluster`` (a
+    :attr:`rayjobs.settings.Target.key`), or those of ``sweep``, wherever they ran."""
+    from rayjobs import ledger
+
+    known = set(known_ids)
+    newest: dict[str, dict[str, Any]] = {}
+    for e in ledger.entries():
+        jid = str(e.get("id") or "")
+        if not jid or jid in known:
+            continue
+        if (e.get("sweep") == sweep) if sweep else _cluster_of(e) == cluster:
+            newest[jid] = e
+    return [record_row(e, cluster) for e in sorted(newest.values(), key=lambda e: (str(e.get("submitted_at")), str(e.get("id"))))]

@@ -15,10 +15,9 @@ import logging
 
 from rayjobs.errors import ClusterUnreachable, ConfigError, JobNotFound, SubmitError
 from rayjobs.settings import Target
+from rayjobs.shared import RUNNER_OF
 
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
-#: Metadata key of a runner's own Ray driver: the submission id it runs (rayjobs.admission.connect).
-RUNNER_OF = "rayjobs_runner_of"
 _QUIET = logging.getLogger("rayjobs.quiet")
 _QUIET.setLevel(logging.CRITICAL)
 
@@ -94,9 +93,9 @@ def resolve_id(c: Any, prefix: str, jobs: Optional[Iterable[Any]] = None) -> str
     if len(hits) == 1:
         return hits[0]
     if not hits:
-        from rayjobs.errors import did_you_mean
+        from rayjobs.errors import NoSuchJob, did_you_mean
 
-        raise JobNotFound(f"no job matches {prefix!r}{did_you_mean(prefix, ids)}; `rayjobs list` shows the ids")
+        raise NoSuchJob(f"no job matches {prefix!r}{did_you_mean(prefix, ids)}; `rayjobs list` shows the ids")
     raise JobNotFound(f"{prefix!r} matches {len(hits)} jobs ({', '.join(hits[:4])}...); give more of the id")
 
 

@@ -61,3 +61,15 @@ def find(job_id: str) -> Optional[dict[str, Any]]:
         if e.get("id") == job_id:
             hit = e
     return hit
+
+
+def lookup(prefix: str) -> list[dict[str, Any]]:
+    """The newest record of every job whose id is ``prefix`` or starts with it (an exact id wins)."""
+    newest: dict[str, dict[str, Any]] = {}
+    for e in entries():
+        jid = str(e.get("id") or "")
+        if jid.startswith(prefix):
+            newest[jid] = e
+    if prefix in newest:
+        return [newest[prefix]]
+    return list(newest.values())

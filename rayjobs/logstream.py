@@ -253,6 +253,7 @@ class LogFollower:
         self.reconnects = 0
         self.reader: Optional[_Reader] = None
         self.poller: Optional[_Poller] = None
+        self._last_data_at = time.monotonic()
 
     @property
     def status(self) -> str:
@@ -265,7 +266,12 @@ class LogFollower:
         if self.poller:
             self.poller.close()
 
+    def quiet_s(self) -> float:
+        """Seconds since the last byte arrived (or since iterating began, if none has)."""
+        return time.monotonic() - self._last_data_at
+
     def _deliver(self, chunk: bytes) -> bytes:
+        self._last_data_at = time.monotonic()
         self.seen += len(chunk)
         self.tail += chunk[-65536:]
         if len(self.tail) > 65536:
@@ -273,6 +279,7 @@ class LogFollower:
         return chunk
 
     def __iter__(self) -> Iterator[Optional[bytes]]:
+        self._last_data_at = time.monotonic()
         self.poller = _Poller(self.dash, self.job_id, self.status_every)
         self.poller.start()
         try:

@@ -67,6 +67,29 @@ def clean(line: str) -> str:
     return line
 
 
+#: An exception line as Python prints it: ``ValueError: ...``, ``ray.exceptions.RayTaskError(ValueError): ...``.
+EXCEPTION = re.compile(r"^(?P<name>[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)(?:\([\w.]+\))?)(?::\s*(?P<msg>.*))?$")
+
+
+def failure_line(text: str) -> Optional[str]:
+    """The last exception line of a log (``ValueError: Total available GPUs 0 is less than ...``).
+
+    Looks at cleaned lines, with Ray's ``(Actor pid=..)`` prefix dropped; a bare name without a
+    message (``KeyboardInterrupt``) or Ray's wrapper (``RayTaskError(X): ray::Actor.method()``)
+    counts only when no other exception line is there.
+    """
+    bare = None
+    for line in reversed(text.splitlines()):
+        m = EXCEPTION.match(body(line).strip())
+        if not m:
+            continue
+        msg = (m.group("msg") or "").strip()
+        if msg and not msg.startswith("ray::"):  # Ray's wrapper names a place, not the cause
+            return f"{m.group('name')}: {msg}"
+        bare = bare or (f"{m.group('name')}: {msg}" if msg else m.group("name"))
+    return bare
+
+
 def body(line: str) -> str:
     """A cleaned line without Ray's ``(Actor pid=..)`` prefix."""
     return PREFIX.sub("", line, count=1)

@@ -12,7 +12,7 @@ import math
 from typing import Any, Optional, Sequence
 
 from rayjobs import metricfiles, metrics
-from rayjobs.errors import ConfigError, RayjobsError
+from rayjobs.errors import ConfigError, RayjobsError, did_you_mean
 from rayjobs.joblist import TERMINAL, field, meta, overrides_label, status_of
 
 DEFAULT_METRIC = "critic/score/mean"
@@ -44,7 +44,11 @@ def history(dash: Any, job: Any) -> tuple[dict[int, dict[str, float]], str]:
     """(history, source) for one job: the JSONL if readable here, else its log."""
     files = metricfiles.jsonl_files(meta(job).get("run_dir"))
     if files:
-        return metricfiles.merge_attempts(metricfiles.read_jsonl(f) for f in files), "jsonl"
+        merged = metricfiles.merge_attempts(metricfiles.read_jsonl(f) for f in files)
+        # The runner creates each attempt's file before verl starts; a trainer stopped before
+        # verl's file logger flushed leaves it empty while its log has the steps.
+        if merged:
+            return merged, "jsonl"
     return history_from_log(dash, job), "log"
 
 
@@ -65,6 +69,7 @@ def collect(dash: Any, jobs: Sequence[Any], metric_names: Optional[Sequence[str]
     """
     hists = [history(dash, j) for j in jobs]
     names = list(metric_names or [DEFAULT_METRIC])
+    check_metrics(metric_names or [], [h for h, _ in hists])
     if val:
         seen = sorted({k for h, _ in hists for d in h.values() for k in d if k.startswith("val-core/")})
         names += [k for k in seen if k not in names]
@@ -74,6 +79,17 @@ def collect(dash: Any, jobs: Sequence[Any], metric_names: Optional[Sequence[str]
         out_jobs.append({"id": field(j, "submission_id"), "label": label, "source": src, "series": series,
                          "steps": len(h), "status": status_of(j).split(".")[-1]})
     return {"metrics": names, "jobs": out_jobs}
+
+
+def check_metrics(wanted: Sequence[str], hists: Sequence[dict[int, dict[str, float]]]) -> None:
+    """A metric no job logged, where the jobs did log steps, is a typo: exit 2 with the closest names."""
+    seen = {k for h in hists for d in h.values() for k in d}
+    if not seen:
+        return  # nothing logged yet: any name may still come
+    for m in wanted:
+        if m not in seen:
+            raise ConfigError(f"no job logged the metric {m!r}{did_you_mean(m, seen)}; "
+                              f"`rayjobs plot ... --json` lists what they logged")
 
 
 def render(data: dict[str, Any], out: str, title: Optional[str] = None) -> str:
@@ -94,8 +110,7 @@ def render(data: dict[str, Any], out: str, title: Optional[str] = None) -> str:
         for j in data["jobs"]:
             pts = j["series"].get(m) or []
             if not pts:  # still in the legend, so a sweep's queued or starting points are not lost
-                ended = j.get("status") in TERMINAL  # then not "yet"
-                note = f"nothing logged, {j['status']}" if ended else "nothing logged yet"
+                note = _unlogged(j, m)
                 ax.plot([], [], "x", color="0.6", label=f"{j['label']} ({note})")
                 continue
             xs, ys = [p[0] for p in pts], [p[1] for p in pts]
@@ -111,3 +126,11 @@ def render(data: dict[str, Any], out: str, title: Optional[str] = None) -> str:
     fig.savefig(out, dpi=110)
     plt.close(fig)
     return out
+
+
+def _unlogged(job: dict[str, Any], metric: str) -> str:
+    """Why a job has no points for ``metric``: it logged no steps (yet), or steps without it."""
+    ended = job.get("status") in TERMINAL  # then not "yet"
+    if job.get("steps"):
+        return f"{job['steps']} steps, no {metric}" + (f", {job['status']}" if ended else "")
+    return f"nothing logged, {job['status']}" if ended else "nothing logged yet"

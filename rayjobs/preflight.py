@@ -28,8 +28,8 @@ import time
 from typing import Any, Iterable, Optional, Sequence
 
 from rayjobs.errors import ConfigError
-from rayjobs.inputs import cluster_env_names, runtime_problems, secret_problems
-from rayjobs.plain import plain, resolve_points
+from rayjobs.inputs import cluster_env_names, runtime_problems
+from rayjobs.plain import resolve_points
 from rayjobs.rules import (CPUS_PER_GPU, UNSET, VERL_FIX, Problem, config_problems, get_key, note, runs_verl_trainer,
                            verl_facts)
 
@@ -72,13 +72,16 @@ def check_all(prepared: Sequence[Any]) -> None:
     t_res = time.perf_counter()
     target = settings.resolve_target(get_key(plains[0], "rayjobs.address"))
     per_point: list[list[Problem]] = []
+    names: Optional[set[str]] = None
     for p, cfg in zip(prepared, plains):
         probs = config_problems(cfg)
         if runs_verl_trainer(cfg) and get_key(cfg, "rayjobs.kind", "verl") == "verl":
             if not target.embedded:
                 note("remote cluster: data files and model dirs on its storage are not visible from here "
                      "(verl checks them on the cluster when the job starts)")
-            probs += runtime_problems(cfg, None, str(p.spec.runtime_env.get("working_dir", os.getcwd())),
+            if names is None:
+                names = _secret_names(target.embedded)
+            probs += runtime_problems(cfg, names or None, str(p.spec.runtime_env.get("working_dir", os.getcwd())),
                                       files_visible=target.embedded)
         per_point.append(probs)
     t1 = time.perf_counter()
@@ -109,6 +112,16 @@ def check_all(prepared: Sequence[Any]) -> None:
     last_timing.update({"resolve_s": t_res - t0, "own_s": t1 - t_res, "verl_s": verl_s, "verl_configs": distinct,
                         "total_s": time.perf_counter() - t0, "points": len(prepared)})
     report(prepared, per_point)
+
+
+def _secret_names(embedded: bool) -> set[str]:
+    """Names of the cluster's environment, from local knowledge only (dry-run checks them too);
+    an empty set when unknown, with a note."""
+    names = cluster_env_names(embedded)
+    if names is None:
+        note("the cluster record lists no secret names: secrets (e.g. WANDB_API_KEY) are not checked")
+        return set()
+    return names
 
 
 def report(prepared: Sequence[Any], per_point: list[list[Problem]]) -> None:
@@ -202,15 +215,6 @@ def check_cluster(client: Any, prepared: Sequence[Any], target: Any = None) -> N
         elif not theirs:
             note("the cluster record has no verl version: the client/cluster verl match is not checked")
     per_point = [list(problems) for _ in prepared]
-    plains = [plain(p.composed.cfg) for p in prepared]
-    verl_points = [i for i, d in enumerate(plains) if runs_verl_trainer(d) and get_key(d, "rayjobs.kind", "verl") == "verl"]
-    if verl_points:
-        names = cluster_env_names(embedded)
-        if names is None:
-            note("the cluster record lists no secret names: secrets (e.g. WANDB_API_KEY) are not checked")
-        else:
-            for i in verl_points:
-                per_point[i] += secret_problems(plains[i], names)
     fit = _fit_problems(client, prepared)
     for i, pr in fit:
         per_point[i].append(pr)

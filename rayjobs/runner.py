@@ -26,6 +26,8 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
+from rayjobs.shared import stamp
+
 
 def job_metadata() -> dict[str, Any]:
     """This job's metadata as submitted (empty outside a Ray job)."""
@@ -166,7 +168,7 @@ def run_attempts(argv: list[str], meta: dict[str, Any], base_env: dict[str, str]
             # runtime_env verl passes to ray.init, not from this driver's: hand the path over there.
             cmd.append(f"++ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH='{env['VERL_FILE_LOGGER_PATH']}'")
         code = run_attempt(cmd, env, workdir)
-        log(f"attempt finished with exit code {code} after {time.monotonic() - started:.1f} s at {time.time():.3f}")
+        log(f"attempt finished with exit code {code} after {time.monotonic() - started:.1f} s at {stamp()}")
         if code == 0 or code < 0 or i == retries:
             break  # success, killed by a signal (stop), or out of retries
         log(f"retrying ({i + 1}/{retries}); verl resumes from the checkpoint dir (resume_mode=auto)")

@@ -55,6 +55,12 @@ class Target:
     def embedded(self) -> bool:
         return self.address is None
 
+    @property
+    def key(self) -> str:
+        """Which cluster this is, for the local record: the embedded head keeps its identity
+        across restarts on another port; any other cluster is its address."""
+        return "embedded" if self.source == "embedded" else str(self.address)
+
 
 def _read_token(path: Optional[str]) -> Optional[str]:
     if not path:
@@ -65,11 +71,15 @@ def _read_token(path: Optional[str]) -> Optional[str]:
         return None
 
 
-def resolve_target(explicit: Optional[str] = None) -> Target:
-    """Resolve the cluster address by the precedence above (no network I/O)."""
+def resolve_target(explicit: Optional[str] = None, explicit_from: str = "--address") -> Target:
+    """Resolve the cluster address by the precedence above (no network I/O).
+
+    ``explicit_from`` names where ``explicit`` was set (``--address`` or ``rayjobs.address``), so
+    an error about the address names the key the user actually typed.
+    """
     token = os.environ.get("RAY_AUTH_TOKEN") or _read_token(os.environ.get("RAY_AUTH_TOKEN_PATH"))
     if explicit:
-        return Target(normalize_address(explicit), "--address", token)
+        return Target(normalize_address(explicit), explicit_from, token)
     for var in ("RAY_API_SERVER_ADDRESS", "RAY_ADDRESS"):
         if os.environ.get(var):
             return Target(normalize_address(os.environ[var]), var, token)

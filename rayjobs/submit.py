@@ -117,7 +117,7 @@ def send(prepared: Sequence[Prepared], address: Optional[str] = None) -> list[st
     """The second half: connect, upload the working_dir once, submit all points in parallel, record."""
     from rayjobs import embedded, jobs, ledger
 
-    target = settings.resolve_target(address)
+    target = settings.resolve_target(address, "rayjobs.address")
     if target.embedded:
         target = embedded.ensure()
     client = jobs.client(target)
@@ -139,7 +139,7 @@ def send(prepared: Sequence[Prepared], address: Optional[str] = None) -> list[st
         # points' requests (and a later point's failure cannot leave this one unrecorded).
         ledger.record(
             {"id": jid, "experiment": p.composed.experiment, "overrides": list(p.composed.overrides),
-             "address": target.address, "sweep": p.spec.metadata.get("sweep", ""),
+             "address": target.address, "cluster": target.key, "sweep": p.spec.metadata.get("sweep", ""),
              "submitted_at": p.spec.metadata["submitted_at"], "metadata": dict(p.spec.metadata),
              "entrypoint": p.spec.entrypoint},
             config_yaml=_yaml(p.composed.cfg),
@@ -170,7 +170,12 @@ def run_points(points: Sequence[Composed], sweep: bool = False) -> list[str]:
     rj = points[0].cfg.rayjobs
     if rj.dry_run:
         print(dry_run_report(prepared))
-        print(f"rayjobs: dry run: {len(prepared)} job(s) checked, nothing submitted", file=sys.stderr)
+        if rj.preflight:
+            print(f"rayjobs: dry run: {len(prepared)} job(s) checked as a submit checks them, nothing submitted; "
+                  f"not checked without the cluster: its Ray/verl versions and the per-node GPU fit", file=sys.stderr)
+        else:
+            print(f"rayjobs: dry run: {len(prepared)} job(s), NOT checked (rayjobs.preflight=false), nothing submitted",
+                  file=sys.stderr)
         return []
     if not rj.preflight:
         print("rayjobs: warning: rayjobs.preflight=false, the config was not checked", file=sys.stderr)
@@ -185,7 +190,7 @@ def run_points(points: Sequence[Composed], sweep: bool = False) -> list[str]:
     if rj.follow and len(ids) == 1:
         from rayjobs import follow
 
-        code = follow.follow(ids[0], address=rj.address)
+        code = follow.follow(ids[0], address=rj.address, address_from="rayjobs.address")
         raise SystemExit(code)
     return ids
 

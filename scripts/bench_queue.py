@@ -34,8 +34,10 @@ import benchlib  # noqa: E402
 
 from test_queue_cluster import FakeGpuCluster  # noqa: E402  (benchlib puts tests/ on sys.path)
 
-ADMITTED = re.compile(r"\[rayjobs\] admitted after [\d.]+ s at ([\d.]+)")
-FINISHED = re.compile(r"\[rayjobs\] attempt finished with exit code -?\d+ after [\d.]+ s at ([\d.]+)")
+from rayjobs.shared import parse_stamp  # noqa: E402
+
+ADMITTED = re.compile(r"\[rayjobs\] admitted after [\d.]+ s at (\S+ \S+ UTC)")
+FINISHED = re.compile(r"\[rayjobs\] attempt finished with exit code -?\d+ after [\d.]+ s at (\S+ \S+ UTC)")
 
 
 def wait_all(client: Any, ids: list[str], timeout: float = 600) -> dict[str, str]:
@@ -53,7 +55,7 @@ def wait_admitted(client: Any, sid: str, timeout: float = 120) -> float:
     while time.monotonic() < deadline:
         m = ADMITTED.search(client.get_job_logs(sid))
         if m:
-            return float(m.group(1))
+            return parse_stamp(m.group(1))
         time.sleep(0.3)
     raise RuntimeError(f"{sid} not admitted after {timeout} s")
 
@@ -74,7 +76,7 @@ def intervals(client: Any, ids: list[str]) -> list[tuple[float, float, str]]:
         a, f = ADMITTED.search(log), FINISHED.findall(log)
         if not a or not f:
             raise RuntimeError(f"{i}: no admission/finish line in its log:\n{log[-1500:]}")
-        out.append((float(a.group(1)), float(f[-1]), i))
+        out.append((parse_stamp(a.group(1)), parse_stamp(f[-1]), i))
     return sorted(out)
 
 

@@ -76,6 +76,11 @@ def test_list_table_and_filters(done):
     for want in (*ids, "kl_coef=0.001", "kl_coef=0.01", "SUCCEEDED", "5/5", "0.9", "fake_ppo"):
         assert want in r.stdout, want
     assert "\x1b" not in r.stdout
+    header, *lines = r.stdout.strip().splitlines()
+    from rayjobs.cli.jobs import LIST_COLUMNS
+
+    assert header.split() == list(LIST_COLUMNS)  # the sweep is a column; no header cell is blank
+    assert all(len(ln.split()) == len(LIST_COLUMNS) and ln.split()[1] == sid for ln in lines), r.stdout
     assert json.loads(cli("list", "--sweep", sid, "--status", "failed,stopped", "--json").stdout) == []
     assert len(json.loads(cli("list", "--sweep", sid[:-1], "--status", "SUCCEEDED", "--json").stdout)) == 2
     mine = json.loads(cli("list", "--experiment", "fake_ppo", "--json").stdout)
@@ -136,6 +141,8 @@ def test_plot_a_sweep(done, tmp_path):
     one = json.loads(cli("plot", ids[0], "--metric", "response_length/mean", "--no-val", "-o", str(png), "--json").stdout)
     assert one["metrics"] == ["response_length/mean"] and len(one["jobs"][0]["series"]["response_length/mean"]) == 5
     one_line_error(cli("plot", ids[0], "--metric", "no/such", "--no-val", "-o", str(png)), "no/such")
+    # a typo with the val panels on still drew them and exited 0; now: exit 2 with the closest names
+    one_line_error(cli("plot", ids[0], "--metric", "critic/scor", "-o", str(png)), "did you mean: critic/score/mean")
     one_line_error(cli("plot", "-o", str(png)), "rayjobs plot ID")
 
 
@@ -167,6 +174,11 @@ def test_stop_a_running_sweep(cluster, client, wd):
         assert wait_terminal(client, i, 10) == "STOPPED"
     again = cli("stop", *ids)
     assert again.returncode == 0 and again.stderr.count("already STOPPED") == 2
+    # a stopped job that logged steps is plotted, not labelled "nothing logged"
+    png = wd / "stopped.png"
+    drawn = cli("plot", "--sweep", sid, "-o", str(png), "--json")
+    assert drawn.returncode == 0 and "nothing logged" not in drawn.stderr, drawn.stderr
+    assert all(j["steps"] > 0 and j["series"]["critic/score/mean"] for j in json.loads(drawn.stdout)["jobs"])
     one_line_error(cli("stop"), "rayjobs stop ID")
     one_line_error(cli("stop", "nope-nope-nope"), "nope-nope-nope")
 

@@ -62,7 +62,7 @@ def test_progress_follows_a_whole_log():
 def test_queue_lines_from_the_runner():
     p = metrics.parse_lines(["[rayjobs] QUEUED at position 3: waiting for GPUs", "[rayjobs] QUEUED at position 1: x"])
     assert p.queued == 1 and status_line("j", "RUNNING", p).startswith("j · QUEUED")
-    p.feed("[rayjobs] admitted after 2.00 s at 1.0: 1 group of 1 GPU")
+    p.feed("[rayjobs] admitted after 2.00 s at 2026-12-01 11:27:35.123 UTC: 1 group of 1 GPU")
     assert p.queued is None and status_line("j", "RUNNING", p).startswith("j · RUNNING")
 
 
@@ -151,3 +151,14 @@ def test_plot_keeps_jobs_without_data_in_the_legend(tmp_path, monkeypatch):
     assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
     assert labels == ["kl=0.001", "kl=0.1 (nothing logged yet)", "kl=1 (nothing logged, FAILED)"]
     assert out.endswith("c.png")
+
+
+def test_failure_line_is_the_last_exception_not_rays_wrapper():
+    log = ("Traceback (most recent call last):\n"
+           "\x1b[36m(TaskRunner pid=12)\x1b[0m ValueError: Total available GPUs 0 is less than total desired GPUs 2\n"
+           "ray.exceptions.RayTaskError(ValueError): ray::TaskRunner.run() (pid=1, ip=127.0.0.1)\n"
+           "[rayjobs] attempt finished with exit code 1\n")
+    assert metrics.failure_line(metrics.clean_block(log)) == \
+        "ValueError: Total available GPUs 0 is less than total desired GPUs 2"
+    assert metrics.failure_line("step:1 - a:1\nKeyboardInterrupt\n") == "KeyboardInterrupt"
+    assert metrics.failure_line("all fine\n") is None

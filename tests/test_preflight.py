@@ -141,6 +141,24 @@ def test_wandb_needs_its_key_on_the_cluster(cluster, client, workdir, store):
     assert any("trainer.logger=[\"console\", \"wandb\"]: wandb needs WANDB_API_KEY in the cluster's environment" in ln for ln in errors), errors
 
 
+def test_dry_run_checks_what_submit_checks(workdir, store, tmp_path):
+    # A dry-run of a wandb config once said "checked"; the real submit was then refused.
+    args = ["+exp=fake_ppo", f"rayjobs.storage={store}", "rayjobs.entrypoint=python3 -m verl.trainer.main_ppo",
+            "data.train_files=${rayjobs.storage}/data/gsm8k/train.parquet",
+            "data.val_files=${rayjobs.storage}/data/gsm8k/test.parquet", "trainer.logger=[console,wandb]",
+            "rayjobs.dry_run=true"]
+    r = rayjobs_submit(*args, cwd=workdir)
+    assert r.returncode == 2 and "wandb needs WANDB_API_KEY in the cluster's environment" in r.stderr, r.stderr
+    ok = rayjobs_submit(*args, "+rayjobs.env.WANDB_MODE=offline", cwd=workdir)
+    assert ok.returncode == 0, ok.stderr
+    assert "not checked without the cluster: its Ray/verl versions and the per-node GPU fit" in ok.stderr
+    # the missing-data hint names the dataset to prepare
+    empty = tmp_path / "empty-store"
+    r = rayjobs_submit("+exp=grpo_7b", f"rayjobs.storage={empty}", "trainer.logger=[console]", "rayjobs.dry_run=true",
+                       cwd=workdir)
+    assert r.returncode == 2 and "rayjobs.prepare.dataset=math" in r.stderr, r.stderr
+
+
 def test_sweep_with_one_bad_point_submits_nothing(cluster, client, workdir, store):
     errors = refused(client, workdir, "-m", *base(store), "trainer.n_gpus_per_node=4", "trainer.nnodes=1",
                      "actor_rollout_ref.actor.ppo_mini_batch_size=8", "data.train_batch_size=64,30")

@@ -2,7 +2,7 @@
 
 The workload is the verl stand-in with ``+fake.hold_gpus=true``: verl's resource check (its
 ``ValueError`` when GPUs are short), then STRICT_PACK placement groups of {CPU: 3, GPU: 1} bundles.
-Start order is read from each runner's ``[rayjobs] admitted after .. s at <epoch>`` line.
+Start order is read from each runner's ``[rayjobs] admitted after .. s at <UTC time, ms>`` line.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ import pytest
 
 from conftest import rayjobs_submit, wait_terminal
 from test_queue_cluster import FakeGpuCluster
+
+from rayjobs.shared import parse_stamp
 
 BACKFILL_S = 10  #: the starvation guard on this cluster (head env RAYJOBS_QUEUE_BACKFILL_S)
 RESOURCE_ERROR = "Total available GPUs"
@@ -48,8 +50,8 @@ def submit(cluster: FakeGpuCluster, *overrides: str) -> str:
 
 
 def admitted_at(client: Any, sid: str) -> Optional[float]:
-    m = re.search(r"\[rayjobs\] admitted after [\d.]+ s at ([\d.]+)", client.get_job_logs(sid))
-    return float(m.group(1)) if m else None
+    m = re.search(r"\[rayjobs\] admitted after [\d.]+ s at (\S+ \S+ UTC)", client.get_job_logs(sid))
+    return parse_stamp(m.group(1)) if m else None
 
 
 def wait_until(pred: Any, timeout: float, what: str, every: float = 0.5) -> Any:

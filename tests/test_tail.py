@@ -106,6 +106,10 @@ def test_tail_exit_codes_failed_stopped_and_ctrl_c(cluster, client, workdir):
     t = Tail(failed)
     assert t.wait() == 1, t.stderr
     assert "FAILED" in t.stderr and "Traceback" in t.stdout and steps_in(t.stdout) == [1, 2]
+    # the one-line summary names the exception (not Ray's message cut mid-path), without ANSI codes
+    summary = t.stderr.strip().splitlines()[-1]
+    assert summary.startswith(f"rayjobs: {failed} FAILED: RuntimeError: fake crash at step 2"), t.stderr
+    assert "\x1b" not in t.stderr
 
     # Ctrl-C detaches (130) and leaves the job running
     t = Tail(longrun)
@@ -236,3 +240,51 @@ def test_tail_on_a_terminal_shows_the_live_panel(cluster, client, workdir):
                  "W&B", "https://wandb.ai/rl-team/verl_examples/runs/fake", "attempt 1", "step:8 - "):
         assert want in text, want
     assert "ETA" in text  # shown while it ran
+
+
+class _Follower:
+    """A narrow stand-in for LogFollower: a heartbeat BEFORE the first byte, as the real stream
+    sometimes does (the flaky `tail -n 3` printed the whole log of a finished job then)."""
+
+    def __init__(self, items: list, status: str) -> None:
+        self.items, self.job, self.seen = items, {"status": status}, 0
+
+    @property
+    def status(self) -> str:
+        return self.job["status"]
+
+    def quiet_s(self) -> float:
+        return 0.0
+
+    def __iter__(self):
+        for it in self.items:
+            if it:
+                self.seen += len(it)
+            yield it
+
+
+class _View:
+    def __init__(self) -> None:
+        self.text = ""
+
+    def write(self, text: str) -> None:
+        self.text += text
+
+    def update(self, *a) -> None:
+        pass
+
+
+def test_backlog_of_an_ended_job_waits_for_the_end_even_after_an_early_heartbeat(capsys):
+    from rayjobs import follow, metrics
+
+    log = b"".join(b"line %d\n" % i for i in range(10))
+    for items in ([None, log[:30], None, log[30:], None], [None, None, log], [log, None]):
+        view = _View()
+        follow._stream(_Follower(items, "SUCCEEDED"), metrics.Progress(), view, follow._Backlog(3), "j")
+        assert view.text == "line 7\nline 8\nline 9\n", items
+        assert "7 earlier lines not shown" in capsys.readouterr().err
+    # a live job: the backlog ends once bytes came and the stream paused; then lines go out live
+    view = _View()
+    follow._stream(_Follower([None, log, None, b"live\n"], "RUNNING"), metrics.Progress(), view,
+                   follow._Backlog(3), "j")
+    assert view.text == "line 7\nline 8\nline 9\nlive\n"

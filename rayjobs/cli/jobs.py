@@ -125,7 +125,7 @@ def logs_cmd(job_id: str, lines: Optional[int], follow: bool, address: Optional[
 # --------------------------------------------------------------------------- status / list
 STATUS_FIELDS = ("status", "experiment", "sweep", "label", "overrides", "priority", "attempt", "queue_position",
                  "gpus", "submitted_at", "start_time", "end_time", "step", "total_steps", "metrics", "wandb_url",
-                 "run", "message")
+                 "run", "error", "message")
 
 
 @main.command("status")
@@ -137,14 +137,19 @@ def status_cmd(job_id: str, as_json: bool, address: Optional[str]) -> None:
 
     def go() -> int:
         from rayjobs import jobs, joblist
+        from rayjobs.errors import NoSuchJob
 
-        _, c, dash = _open(address)
-        full = jobs.resolve_id(c, job_id)
-        info = jobs.info(c, full)
-        over = joblist.queue_overlay(c, [info]).get(full)
-        row = joblist.add_progress(joblist.base_row(info, over), info, dash, lines=2000, head_scan=True)
-        if row["attempt"] is None:
-            row["attempt"] = 0 if row["status"] in ("PENDING", "QUEUED") else 1
+        target, c, dash = _open(address)
+        try:
+            full = jobs.resolve_id(c, job_id)
+        except NoSuchJob:  # not several: one that the cluster does not know (any more)
+            row = _from_record(job_id, target.key)
+        else:
+            info = jobs.info(c, full)
+            over = joblist.queue_overlay(c, [info]).get(full)
+            row = joblist.add_progress(joblist.base_row(info, over), info, dash, lines=2000, head_scan=True)
+            if row["attempt"] is None:
+                row["attempt"] = 0 if row["status"] in ("PENDING", "QUEUED") else 1
         if as_json:
             click.echo(json.dumps(row, indent=2, default=str))
             return 0
@@ -182,14 +187,23 @@ def list_cmd(sweep: Optional[str], statuses: tuple[str, ...], experiment: Option
 
     def go() -> int:
         from rayjobs import jobs, joblist
+        from rayjobs.errors import JobNotFound
 
         wanted = joblist.parse_statuses(statuses)
-        _, c, dash = _open(address)
+        target, c, dash = _open(address)
         all_jobs = jobs.list_jobs(c)
-        chosen = joblist.select(all_jobs, sweep=sweep, experiment=experiment, include_all=include_all)
-        if experiment and not chosen:
+        records = joblist.missing_records((joblist.field(j, "submission_id") for j in all_jobs), target.key, sweep)
+        try:
+            chosen = joblist.select(all_jobs, sweep=sweep, experiment=experiment, include_all=include_all)
+        except JobNotFound:
+            if not (sweep and records):
+                raise
+            chosen = []  # a sweep the cluster has forgotten: its rows come from the local record
+        if experiment:
+            records = [r for r in records if r["experiment"] == experiment]
+        if experiment and not chosen and not records:
             _check_experiment(experiment, all_jobs)
-        rows = joblist.rows(chosen, c, dash)
+        rows = joblist.rows(chosen, c, dash) + records
         if wanted:
             rows = [r for r in rows if r["status"] in wanted]
         if as_json:
@@ -199,6 +213,20 @@ def list_cmd(sweep: Optional[str], statuses: tuple[str, ...], experiment: Option
         return 0
 
     _exit(run_cli(go))
+
+
+def _from_record(job_id: str, cluster: str) -> dict[str, Any]:
+    """The local record's row for an id the cluster does not know; JobNotFound if none (or several) match."""
+    from rayjobs import joblist, ledger
+    from rayjobs.errors import JobNotFound
+
+    hits = ledger.lookup(job_id)
+    if len(hits) == 1:
+        _say(f"{hits[0]['id']} is not on the cluster; showing the local record ({ledger.path()})")
+        return joblist.record_row(hits[0], cluster)
+    if len(hits) > 1:
+        raise JobNotFound(f"{job_id!r} matches {len(hits)} recorded jobs ({', '.join(h['id'] for h in hits[:4])}...); give more of the id")
+    raise JobNotFound(f"no job matches {job_id!r} on the cluster or in the local record; `rayjobs list` shows the ids")
 
 
 def _check_experiment(name: str, all_jobs: list[Any]) -> None:
@@ -217,38 +245,52 @@ def _check_experiment(name: str, all_jobs: list[Any]) -> None:
         raise ConfigError(f"unknown experiment {name!r}{did_you_mean(name, names)}")
 
 
+LIST_COLUMNS = ("ID", "SWEEP", "EXPERIMENT", "OVERRIDES", "STATUS", "ATT", "GPUS", "AGE", "STEP", "SCORE")
+
+
 def _table(rows: list[dict[str, Any]]) -> None:
+    """The human table of ``rayjobs list``: every cell filled ('-' where there is nothing), so
+    columns stay aligned for ``awk`` and a narrow terminal folds cells, never headers."""
     from rich.console import Console
     from rich.table import Table
 
-    from rayjobs import joblist
-    from rayjobs.progress import STATUS_STYLE, fmt_num
+    from rayjobs.progress import STATUS_STYLE
 
-    console = Console(width=None if sys.stdout.isatty() else 200)
     if not rows:
         _say("no jobs (submit one with: python -m rayjobs.submit +exp=NAME)")
         return
+    console = Console(width=None if sys.stdout.isatty() else 250)
     t = Table(box=None, header_style="bold", pad_edge=False)
-    for col in ("ID", "EXPERIMENT", "OVERRIDES", "STATUS", "ATT", "GPUS", "AGE", "STEP", "SCORE"):
-        t.add_column(col, no_wrap=col in ("ID", "STATUS"), justify="right" if col in ("ATT", "GPUS", "AGE", "STEP", "SCORE") else "left")
+    for col in LIST_COLUMNS:
+        t.add_column(col, no_wrap=col in ("ID", "STATUS", "AGE"), min_width=len(col),
+                     justify="right" if col in ("ATT", "GPUS", "AGE", "STEP", "SCORE") else "left")
     now = time.time()
     for r in rows:
-        status = r["status"] + (f" #{r['queue_position']}" if r.get("queue_position") is not None else "")
-        sub = r.get("submitted_at")
-        ts = None
-        if sub:
-            from datetime import datetime
-
-            try:
-                ts = datetime.fromisoformat(sub).timestamp()
-            except ValueError:
-                ts = None
-        step = "" if r.get("step") is None else (f"{r['step']}/{r['total_steps']}" if r.get("total_steps") else str(r["step"]))
-        t.add_row(r["id"], r.get("experiment") or "", r.get("label") or "",
-                  f"[{STATUS_STYLE.get(r['status'], '')}]{status}[/]" if STATUS_STYLE.get(r["status"]) else status,
-                  str(r.get("attempt") or ""), str(r.get("gpus") or ""), joblist.age(ts, now) if ts else "",
-                  step, "" if r.get("score") is None else fmt_num(r["score"]))
+        cells = [c or "-" for c in _cells(r, now)]
+        style = STATUS_STYLE.get(r["status"])
+        cells[4] = f"[{style}]{cells[4]}[/]" if style else cells[4]
+        t.add_row(*cells)
     console.print(t)
+
+
+def _cells(r: dict[str, Any], now: float) -> list[str]:
+    """One row of :data:`LIST_COLUMNS` as text (empty where the job has no value)."""
+    from datetime import datetime
+
+    from rayjobs import joblist
+    from rayjobs.progress import fmt_num
+
+    status = r["status"] + (f" #{r['queue_position']}" if r.get("queue_position") is not None else "")
+    if r.get("source") == "record":
+        status += " (record)"
+    try:
+        age = joblist.age(datetime.fromisoformat(r["submitted_at"]).timestamp(), now) if r.get("submitted_at") else ""
+    except ValueError:
+        age = ""
+    step = "" if r.get("step") is None else (f"{r['step']}/{r['total_steps']}" if r.get("total_steps") else str(r["step"]))
+    return [r["id"], r.get("sweep") or "", r.get("experiment") or "", r.get("label") or "", status,
+            str(r.get("attempt") or ""), str(r.get("gpus") or ""), age, step,
+            "" if r.get("score") is None else fmt_num(r["score"])]
 
 
 # --------------------------------------------------------------------------- stop
@@ -347,7 +389,7 @@ def plot_cmd(job_ids: tuple[str, ...], sweep: Optional[str], metric_names: tuple
         else:
             click.echo(output)
         _say(f"wrote {output} ({len(chosen)} job(s): {', '.join(data['metrics'])})")
-        empty = [f"{j['id']} ({j.get('status') or '?'})" for j in data["jobs"] if not any(j["series"].values())]
+        empty = [f"{j['id']} ({j.get('status') or '?'})" for j in data["jobs"] if not j.get("steps")]
         if empty:
             _say(f"nothing logged by: {', '.join(empty)}")
         return 0
