@@ -2,10 +2,10 @@
 
 Library surface (the CLI is a thin layer over these):
 
-* :mod:`rayjobs.compose` -- compose a Hydra config (verl's tree + rayjobs presets).
-* :mod:`rayjobs.spec` -- :class:`~rayjobs.spec.JobSpec` and :func:`~rayjobs.spec.build_spec` (pure).
-* :mod:`rayjobs.jobs` -- the one place that talks to Ray's Jobs SDK.
-* :mod:`rayjobs.ledger` -- the local record of every submission.
+* :mod:`rayjobs.submit.compose` -- compose a Hydra config (verl's tree + rayjobs presets).
+* :mod:`rayjobs.submit.spec` -- :class:`~rayjobs.submit.spec.JobSpec` and :func:`~rayjobs.submit.spec.build_spec` (pure).
+* :mod:`rayjobs.client.dashboard` -- the one place that talks to Ray's Jobs SDK.
+* :mod:`rayjobs.submit.ledger` -- the local record of every submission.
 
 Heavy imports (ray, hydra) are done lazily so ``rayjobs --help`` stays instant.
 """

@@ -44,7 +44,12 @@ def main() -> None:
     for split in ("train", "test"):
         pq.write_table(pa.table({"data_source": ["openai/gsm8k"] * 8, "prompt": ["q"] * 8}), d / f"{split}.parquet")
 
-    from rayjobs import compose, preflight, preflight_verl, rules, submit, verlhelper
+    from rayjobs.submit import compose
+    from rayjobs.preflight import checks
+    from rayjobs.preflight import verlcheck
+    from rayjobs.preflight import rules
+    from rayjobs.submit import pipeline
+    from rayjobs.preflight import helper
 
     base = ["+exp=ppo_gsm8k_qwen05b", f"rayjobs.storage={storage}", "trainer.logger=[console]"]
     t = time.perf_counter()
@@ -53,50 +58,50 @@ def main() -> None:
     t = time.perf_counter()
     sweep = [compose.compose(base + [f"algorithm.kl_ctrl.kl_coef={0.001 * (i + 1):.3f}"]) for i in range(20)]
     compose_sweep = time.perf_counter() - t
-    submit.run_preflight = lambda prepared: None  # build specs only; check_all is timed below
-    p_one, p_sweep = submit.prepare(one), submit.prepare(sweep, sweep=True)
+    pipeline.run_preflight = lambda prepared: None  # build specs only; check_all is timed below
+    p_one, p_sweep = pipeline.prepare(one), pipeline.prepare(sweep, sweep=True)
 
     def check(prepared) -> float:
         t0 = time.perf_counter()
-        preflight.check_all(prepared)
+        checks.check_all(prepared)
         return time.perf_counter() - t0
 
-    have_verl = not preflight_verl.missing_modules()
+    have_verl = not verlcheck.missing_modules()
     rows = []
     load0 = os.getloadavg()[0]
 
     def fresh(key: str, r: int, n: int, scale: float):
         pts = [compose.compose(base + [f"{key}={scale * (1 + r * 100 + i):.8g}"]) for i in range(n)]
-        return submit.prepare(pts, sweep=n > 1)
+        return pipeline.prepare(pts, sweep=n > 1)
 
     def series(name: str, make) -> None:
         xs, shapes = [], 0
         for r in range(a.rounds):
             prepared = make(r)
             xs.append(check(prepared))
-            shapes = preflight.last_timing.get("verl_configs", 0)
+            shapes = checks.last_timing.get("verl_configs", 0)
         rows.append((f"{name}", xs, shapes))
 
     if have_verl:
-        verlhelper.stop_helper()
+        helper.stop_helper()
         time.sleep(1)
         rows.append(("single, verl helper cold (first submit: starts it, imports verl)", [check(p_one)],
-                     preflight.last_timing.get("verl_configs", 0)))
+                     checks.last_timing.get("verl_configs", 0)))
         # never-seen configs each round, so no cache helps
         series("single, warm helper (the usual submit)", lambda r: fresh("algorithm.kl_ctrl.kl_coef", r + 50, 1, 1e-4))
         series("20-point kl_coef sweep, warm helper", lambda r: fresh("algorithm.kl_ctrl.kl_coef", r, 20, 1e-5))
         series("20-point actor lr sweep, warm helper (20 shapes for verl: worst case)",
                lambda r: fresh("actor_rollout_ref.actor.optim.lr", r, 20, 1e-9))
         series("20-point sweep seen before (resubmit, same process)", lambda r: p_sweep)
-    os.environ[preflight_verl.MODE_ENV] = "off"
+    os.environ[verlcheck.MODE_ENV] = "off"
     series("single, without verl on the client (rayjobs' rules only)", lambda r: fresh("algorithm.kl_ctrl.kl_coef", r + 70, 1, 1e-4))
     series("20-point kl_coef sweep, without verl on the client", lambda r: fresh("algorithm.kl_ctrl.kl_coef", r + 90, 20, 1e-5))
-    os.environ.pop(preflight_verl.MODE_ENV)
+    os.environ.pop(verlcheck.MODE_ENV)
 
     cli = [PY, "-m", "rayjobs.submit", *base, "rayjobs.dry_run=true"]
     e2e = benchlib.interleaved({"on": lambda: benchlib.timed(cli), "off": lambda: benchlib.timed(cli + ["rayjobs.preflight=false"])},
                                rounds=a.rounds)
-    verlhelper.stop_helper()
+    helper.stop_helper()
 
     med = benchlib.median
     lines = [
@@ -106,7 +111,7 @@ def main() -> None:
         f"verl {rules.verl_facts()['version']}, verl importable here: {'yes' if have_verl else 'no'}, "
         f"1-min load average {load0:.1f} at start / {os.getloadavg()[0]:.1f} at end (the machine is shared: "
         "loads above 2 inflate every number). "
-        "Time of `preflight.check_all` alone (composition excluded: it is shared with dry-run and measured "
+        "Time of `checks.check_all` alone (composition excluded: it is shared with dry-run and measured "
         f"separately: one point {compose_one:.2f} s, 20 points {compose_sweep:.2f} s). Targets: <= 1.5 s per "
         "experiment, <= 4 s for a 20-point sweep.",
         "",

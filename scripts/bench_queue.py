@@ -62,11 +62,12 @@ def wait_admitted(client: Any, sid: str, timeout: float = 120) -> float:
 
 def submit_points(cluster: FakeGpuCluster, points: list[list[str]]) -> list[str]:
     """Compose every point, then submit them together (one sweep: parallel submission)."""
-    from rayjobs import compose, submit
+    from rayjobs.submit import compose
+    from rayjobs.submit import pipeline
 
     cs = [compose.compose(["+exp=fake_ppo", f"rayjobs.address={cluster.address}", "+fake.hold_gpus=true", *p])
           for p in points]
-    return submit.send(submit.prepare(cs, sweep=len(cs) > 1), address=cluster.address)
+    return pipeline.send(pipeline.prepare(cs, sweep=len(cs) > 1), address=cluster.address)
 
 
 def intervals(client: Any, ids: list[str]) -> list[tuple[float, float, str]]:
@@ -131,7 +132,7 @@ def waiting_memory() -> dict[str, float]:
             kb = int((p / "status").read_text().split("VmRSS:")[1].split()[0])
         except (OSError, IndexError, ValueError):
             continue
-        if cmd.split(" ", 1)[0].endswith("python3") and cmd.split(" ")[1:3] == ["-m", "rayjobs.runner"]:  # not Ray's `sh -c`
+        if cmd.split(" ", 1)[0].endswith("python3") and cmd.split(" ")[1:3] == ["-m", "rayjobs.oncluster.runner"]:  # not Ray's `sh -c`
             rss["runner"].append(kb / 1024)
         elif cmd.startswith("ray::JobSupervisor"):
             rss["supervisor"].append(kb / 1024)
@@ -250,7 +251,7 @@ def main() -> None:
     os.chdir(work)  # ./conf/exp/fake_ppo.yaml + workloads/fake_verl.py, as a user's project
     (work / "workloads").mkdir(exist_ok=True)
     shutil.copy(benchlib.REPO / "tests" / "workloads" / "fake_verl.py", work / "workloads" / "fake_verl.py")
-    from rayjobs.queue import WAIT_POLL_S as WAIT_POLL  # noqa: N811
+    from rayjobs.oncluster.queueactor import WAIT_POLL_S as WAIT_POLL  # noqa: N811
 
     load0 = os.getloadavg()[0]
     with benchlib.private_netns():

@@ -36,7 +36,7 @@ def main() -> None:
     work.mkdir()
     (work / "train_notes.txt").write_text("a small project dir, as a user's cwd\n")
     with benchlib.private_netns():
-        from rayjobs import embedded
+        from rayjobs.client import embedded
 
         rec = embedded.start(num_gpus=2, num_cpus=16, quiet=True)  # logical: the PPO preset needs 2 x (1 GPU + 3 CPUs)
         token_path = rec["token_path"]

@@ -37,10 +37,11 @@ FLOOR_LABEL = "floor: Ray's job SDK alone, one process, 16 threads"
 FLOOR = """
 import json, sys
 from concurrent.futures import ThreadPoolExecutor
-from rayjobs import embedded, jobs
+from rayjobs.client import embedded
+from rayjobs.client import dashboard
 reqs = json.load(open(sys.argv[1]))
-c = jobs.client(embedded.ensure(quiet=True))
-env = jobs.upload_working_dir(c, dict(reqs[0]["runtime_env"]))
+c = dashboard.client(embedded.ensure(quiet=True))
+env = dashboard.upload_working_dir(c, dict(reqs[0]["runtime_env"]))
 def one(r):
     r = dict(r, runtime_env=dict(r["runtime_env"], working_dir=env["working_dir"]))
     r.pop("submission_id", None)
@@ -61,7 +62,8 @@ def wait_idle(client: Any, timeout: float = 900) -> None:
 
 def per_point_profile(sweep_args: list[str], n: int) -> dict[str, float]:
     """Milliseconds per point of each phase, from one in-process dry-run of the sweep."""
-    from rayjobs import compose, submit
+    from rayjobs.submit import compose
+    from rayjobs.submit import pipeline
 
     compose.make_hydra()  # Hydra's plugin scan (re)loads the launcher module: patch the loaded one
     L = sys.modules["hydra_plugins.rayjobs_launcher.rayjobs_launcher"]
@@ -80,19 +82,19 @@ def per_point_profile(sweep_args: list[str], n: int) -> dict[str, float]:
         setattr(owner, name, g)
 
     wrap(L.RayjobsLauncher, "compose_points", "composition (launcher, shared)")
-    wrap(submit, "build_spec", "JobSpec (spec.build_spec)")
-    wrap(submit, "run_preflight", "preflight (preflight.check_all)")
-    wrap(submit, "dry_run_report", "dry-run report (JSON)")
+    wrap(pipeline, "build_spec", "JobSpec (spec.build_spec)")
+    wrap(pipeline, "run_preflight", "preflight (preflight.check_all)")
+    wrap(pipeline, "dry_run_report", "dry-run report (JSON)")
     t = time.perf_counter()
     import contextlib
     import io
 
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        submit._main(["-m", *sweep_args, "rayjobs.dry_run=true"])  # warm: the verl helper, caches
+        pipeline._main(["-m", *sweep_args, "rayjobs.dry_run=true"])  # warm: the verl helper, caches
     spent.clear()
     t = time.perf_counter()
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        submit._main(["-m", *sweep_args, "rayjobs.dry_run=true"])
+        pipeline._main(["-m", *sweep_args, "rayjobs.dry_run=true"])
     spent["whole dry-run sweep, in-process"] = time.perf_counter() - t
     out = {k: v * 1000 / n for k, v in spent.items()}
 
@@ -112,8 +114,8 @@ def per_point_profile(sweep_args: list[str], n: int) -> dict[str, float]:
     out["copy of the base config: unpickle (now)"] = per(lambda: pickle.loads(blob))
     out["copy of the base config: OmegaConf.create(deepcopy) (before)"] = per(
         lambda: OmegaConf.create(copy.deepcopy(plain), flags={"struct": True}))
-    from rayjobs import plain as rplain
-    from rayjobs import submit as rsubmit
+    from rayjobs.submit import configcache as rplain
+    from rayjobs.submit import pipeline as rsubmit
 
     base_raw = OmegaConf.to_container(c.cfg, resolve=False)
     point = pickle.loads(blob)
@@ -148,11 +150,12 @@ def main() -> None:
     os.chdir(work)  # the user's project: ./conf/exp/fake_ppo.yaml and workloads/
     prof = per_point_profile(sweep, n)  # in-process, no cluster: where a point's milliseconds go
     with benchlib.private_netns():
-        from rayjobs import embedded, jobs
+        from rayjobs.client import embedded
+        from rayjobs.client import dashboard
 
         rec = embedded.start(quiet=True)
         try:
-            client = jobs.client(embedded.target(rec))
+            client = dashboard.client(embedded.target(rec))
             dry = subprocess.run(ours + ["rayjobs.dry_run=true"], cwd=work, env=env, capture_output=True, text=True, check=True)
             reqs = [p["submit_job"] for p in json.loads(dry.stdout)]
             ray_env = dict(env, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=rec["token_path"])

@@ -244,12 +244,13 @@ def main() -> int:
     sys.path.insert(0, str(REPO))
     try:
         with benchlib.private_netns():
-            from rayjobs import embedded, jobs
+            from rayjobs.client import embedded
+            from rayjobs.client import dashboard
 
             target = embedded.ensure(quiet=True)
             _TOKEN.append(embedded.token_file())
             try:
-                client = jobs.client(target)
+                client = dashboard.client(target)
                 print("latency ...", file=sys.stderr)
                 lat = latency(target, client, wd, args.lines)
                 print(lat, file=sys.stderr)

@@ -4,7 +4,7 @@
 * ``RAYJOBS_HOME`` and ``HOME`` point into a short temp dir, so the ledger, the embedded head's
   state and Ray's ``~/.ray`` never touch the developer's own (and a stray ``~/.ray/auth_token``
   cannot switch auth on behind our back).
-* The session head is rayjobs' own embedded head, started by :func:`rayjobs.embedded.start` and
+* The session head is rayjobs' own embedded head, started by :func:`rayjobs.client.embedded.start` and
   stopped by PID; every ``python -m rayjobs.submit`` without an address reuses it.
 """
 
@@ -48,7 +48,7 @@ def pytest_configure(config: Any) -> None:
 
 
 def pytest_unconfigure(config: Any) -> None:
-    from rayjobs import embedded
+    from rayjobs.client import embedded
 
     embedded.stop()
     if _ENTERED:
@@ -60,16 +60,16 @@ def pytest_unconfigure(config: Any) -> None:
 @pytest.fixture(scope="session")
 def cluster() -> Any:
     """The embedded local head (real Ray, 127.0.0.1, token auth), shared by the session."""
-    from rayjobs import embedded
+    from rayjobs.client import embedded
 
     return embedded.ensure(quiet=True)
 
 
 @pytest.fixture(scope="session")
 def client(cluster: Any) -> Any:
-    from rayjobs import jobs
+    from rayjobs.client import dashboard
 
-    return jobs.client(cluster)
+    return dashboard.client(cluster)
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from conftest import rayjobs_cli
 REPO = Path(__file__).resolve().parent.parent
 sky = pytest.importorskip("sky", reason="skypilot is not installed (pip install 'rayjobs[sky]')")
 
-import rayjobs.cluster as rcl  # noqa: E402
+import rayjobs.provision.skypilot as rcl  # noqa: E402
 from rayjobs import settings  # noqa: E402
 from rayjobs.errors import ConfigError  # noqa: E402
 
@@ -108,7 +108,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.fixture
 def no_connect(home: Path, monkeypatch: pytest.MonkeyPatch) -> list:
     seen: list = []
-    from rayjobs import tunnel
+    from rayjobs.provision import tunnel
 
     monkeypatch.setattr(tunnel, "connect", lambda name, out=None: seen.append(name) or {"name": name})
     monkeypatch.setattr(tunnel, "_remote_state", lambda name: (_ for _ in ()).throw(rcl.ClusterError("none")))

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from rayjobs import compose
+from rayjobs.submit import compose
 from rayjobs.errors import ConfigError
-from rayjobs.spec import Context, build_spec, format_value
+from rayjobs.submit.spec import Context, build_spec, format_value
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -226,7 +226,7 @@ def test_sweep_points_derived_from_the_base_equal_full_work(fixed_env, updates):
 
     from omegaconf import OmegaConf
 
-    from rayjobs import plain
+    from rayjobs.submit import configcache
 
     base = compose.compose(["+exp=ppo_gsm8k_qwen05b"])
     cfg = pickle.loads(pickle.dumps(base.cfg))
@@ -234,12 +234,12 @@ def test_sweep_points_derived_from_the_base_equal_full_work(fixed_env, updates):
     for k, v in updates.items():
         OmegaConf.update(cfg, k, v, merge=False)
     OmegaConf.set_readonly(cfg, True)
-    base_raw = plain.raw(base.cfg)
-    derived = plain.derive_raw(base_raw, cfg, list(updates))
+    base_raw = configcache.raw(base.cfg)
+    derived = configcache.derive_raw(base_raw, cfg, list(updates))
     assert derived == OmegaConf.to_container(cfg, resolve=False)
     assert base_raw == OmegaConf.to_container(base.cfg, resolve=False)  # the shared base is untouched
-    plain.remember_raw(cfg, derived)
-    fast = plain.resolve_points([base.cfg, cfg])
+    configcache.remember_raw(cfg, derived)
+    fast = configcache.resolve_points([base.cfg, cfg])
     assert fast[1] == OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
     assert fast[0] == OmegaConf.to_container(base.cfg, resolve=True, throw_on_missing=False)
 

@@ -111,9 +111,10 @@ def test_status_and_logs(done):
 
 
 def test_plot_a_sweep(done, tmp_path):
-    from rayjobs import jobs, plot
-    from rayjobs.follow import connect
-    from rayjobs.logstream import Dashboard
+    from rayjobs.client import dashboard
+    from rayjobs.views import plot
+    from rayjobs.views.jobtail import connect
+    from rayjobs.client.logstream import Dashboard
 
     sid, ids = done
     png = tmp_path / "curves.png"
@@ -131,7 +132,7 @@ def test_plot_a_sweep(done, tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     # where the metrics files are not readable (a remote cluster), the same data comes from the log
     target, c = connect()
-    remote = [j for j in jobs.list_jobs(c) if j.submission_id in ids]
+    remote = [j for j in dashboard.list_jobs(c) if j.submission_id in ids]
     for j in remote:
         j.metadata = {k: v for k, v in j.metadata.items() if k != "run_dir"}
     from_log = plot.collect(Dashboard(target), sorted(remote, key=lambda j: ids.index(j.submission_id)))
@@ -147,12 +148,14 @@ def test_plot_a_sweep(done, tmp_path):
 
 
 def test_queued_overlay_shows_in_list_and_status(done, cluster, client, monkeypatch):
-    from rayjobs import joblist, jobs, queueview
-    from rayjobs.logstream import Dashboard
+    from rayjobs.views import jobrows
+    from rayjobs.client import dashboard
+    from rayjobs.views import queuestatus
+    from rayjobs.client.logstream import Dashboard
 
     sid, ids = done
-    monkeypatch.setattr(queueview, "overlay", lambda c, js: {ids[1]: {"status": "QUEUED", "queue_position": 2}})
-    rows = joblist.rows(joblist.select(jobs.list_jobs(client), sweep=sid), client, Dashboard(cluster), progress=False)
+    monkeypatch.setattr(queuestatus, "overlay", lambda c, js: {ids[1]: {"status": "QUEUED", "queue_position": 2}})
+    rows = jobrows.rows(jobrows.select(dashboard.list_jobs(client), sweep=sid), client, Dashboard(cluster), progress=False)
     by = {r["id"]: r for r in rows}
     assert by[ids[1]]["status"] == "QUEUED" and by[ids[1]]["queue_position"] == 2 and by[ids[1]]["attempt"] == 0
     assert by[ids[0]]["status"] == "SUCCEEDED" and by[ids[0]]["queue_position"] is None

@@ -3,8 +3,9 @@
 import json
 import random
 
-from rayjobs import metricfiles, metrics
-from rayjobs.progress import LiveView, PlainView, status_line
+from rayjobs.views import metricfiles
+from rayjobs.views import logparse
+from rayjobs.views.panel import LiveView, PlainView, status_line
 
 PREFIX = "\x1b[36m(TaskRunner pid=4242)\x1b[0m "
 STEP3 = (PREFIX + "step:3 - actor/pg_loss:np.float64(-0.0123) - critic/score/mean:np.float64(0.53) - "
@@ -24,34 +25,34 @@ LOG = [
 
 
 def test_clean_strips_ansi_and_keeps_the_last_tqdm_redraw():
-    assert metrics.clean(PREFIX + "hello") == "(TaskRunner pid=4242) hello"
-    assert metrics.clean(LOG[5]) == "Training Progress:  15%|#5        | 3/20"
-    assert metrics.clean(PREFIX + "bar 1/5\rbar 2/5\r") == "(TaskRunner pid=4242) bar 2/5"
-    assert metrics.clean("\x1b]8;;http://x\x1b\\link\x1b]8;;\x1b\\ \x1b[1;31mred\x1b[0m") == "link red"
-    block = metrics.clean_block("\n".join(LOG) + "\n")
+    assert logparse.clean(PREFIX + "hello") == "(TaskRunner pid=4242) hello"
+    assert logparse.clean(LOG[5]) == "Training Progress:  15%|#5        | 3/20"
+    assert logparse.clean(PREFIX + "bar 1/5\rbar 2/5\r") == "(TaskRunner pid=4242) bar 2/5"
+    assert logparse.clean("\x1b]8;;http://x\x1b\\link\x1b]8;;\x1b\\ \x1b[1;31mred\x1b[0m") == "link red"
+    block = logparse.clean_block("\n".join(LOG) + "\n")
     assert "\x1b" not in block and "\r" not in block and block.count("\n") == len(LOG)
 
 
 def test_step_line_numbers_in_every_verl_format():
-    step, data = metrics.parse_step(metrics.body(metrics.clean(STEP3)))
+    step, data = logparse.parse_step(logparse.body(logparse.clean(STEP3)))
     assert step == 3
     assert data["actor/pg_loss"] == -0.0123 and data["critic/score/mean"] == 0.53
     assert data["critic/rewards/mean"] == 0.52 and data["actor/kl_loss"] == 1.5e-05
     assert data["training/global_step"] == 3 and data["actor/is_ok"] == 1.0
     assert data["perf/throughput"] != data["perf/throughput"]  # nan kept as nan
     assert data["val-core/openai/gsm8k/reward/mean@1"] == 0.41
-    assert metrics.parse_step("no step here") is None
-    assert metrics.number("np.float32(3)") == 3.0 and metrics.number("tensor(0.5)") == 0.5
-    assert metrics.number("abc") is None
+    assert logparse.parse_step("no step here") is None
+    assert logparse.number("np.float32(3)") == 3.0 and logparse.number("tensor(0.5)") == 0.5
+    assert logparse.number("abc") is None
 
 
 def test_progress_follows_a_whole_log():
-    p = metrics.parse_lines(LOG)
+    p = logparse.parse_lines(LOG)
     assert (p.step, p.total, p.attempt) == (3, 20, 2)
     assert p.wandb_url == "https://wandb.ai/rl-team/verl_examples/runs/abc123xy"
     assert p.resumed_from == "/ckpt/global_step_2"
     assert p.val == ("val-core/openai/gsm8k/reward/mean@1", 0.47, 3)  # the Final line wins over the step's
-    labels = [label for label, _, _ in metrics.headline(p.last)]
+    labels = [label for label, _, _ in logparse.headline(p.last)]
     assert labels == ["score", "reward", "kl", "resp_len", "s/step"]
     assert p.eta_s() == 17 * 2.5
     line = status_line("job-1", "RUNNING", p)
@@ -60,25 +61,25 @@ def test_progress_follows_a_whole_log():
 
 
 def test_queue_lines_from_the_runner():
-    p = metrics.parse_lines(["[rayjobs] QUEUED at position 3: waiting for GPUs", "[rayjobs] QUEUED at position 1: x"])
+    p = logparse.parse_lines(["[rayjobs] QUEUED at position 3: waiting for GPUs", "[rayjobs] QUEUED at position 1: x"])
     assert p.queued == 1 and status_line("j", "RUNNING", p).startswith("j · QUEUED")
     p.feed("[rayjobs] admitted after 2.00 s at 2026-12-01 11:27:35.123 UTC: 1 group of 1 GPU")
     assert p.queued is None and status_line("j", "RUNNING", p).startswith("j · RUNNING")
 
 
 def test_feed_block_skips_blocks_without_markers_and_matches_line_by_line():
-    text = metrics.clean_block("\n".join(LOG) + "\n")
-    a, b = metrics.Progress(), metrics.parse_lines(LOG)
-    assert metrics.feed_block(a, text)
+    text = logparse.clean_block("\n".join(LOG) + "\n")
+    a, b = logparse.Progress(), logparse.parse_lines(LOG)
+    assert logparse.feed_block(a, text)
     assert (a.step, a.total, a.attempt, a.wandb_url, a.val) == (b.step, b.total, b.attempt, b.wandb_url, b.val)
-    assert not metrics.feed_block(metrics.Progress(), "just\nnoise\n")
+    assert not logparse.feed_block(logparse.Progress(), "just\nnoise\n")
 
 
 def test_line_splitter_any_chunking_gives_the_same_lines():
     raw = ("\n".join(LOG) + "\nlast line without newline").encode()
     for seed in range(20):
         rnd = random.Random(seed)
-        s, out, i = metrics.LineSplitter(), [], 0
+        s, out, i = logparse.LineSplitter(), [], 0
         while i < len(raw):
             n = rnd.randint(1, 40)
             out.append(s.feed_text(raw[i:i + n]))
@@ -89,12 +90,12 @@ def test_line_splitter_any_chunking_gives_the_same_lines():
 
 
 def test_line_splitter_memory_is_bounded_for_endless_carriage_returns():
-    s = metrics.LineSplitter(cap=1000)
+    s = logparse.LineSplitter(cap=1000)
     for i in range(2000):
         s.feed_text(f"\rbar {i}/2000".encode())
         assert len(s.buf) <= 1100
     assert s.flush()[0].endswith("bar 1999/2000")
-    s = metrics.LineSplitter(cap=100)
+    s = logparse.LineSplitter(cap=100)
     assert s.feed_text(b"x" * 250) == "x" * 250 + "\n"  # no newline, no \r: flushed as a line
 
 
@@ -119,9 +120,9 @@ def test_views_render_without_a_cluster(capsys):
 
     from rich.console import Console
 
-    p = metrics.parse_lines(LOG)
+    p = logparse.parse_lines(LOG)
     with PlainView() as v:
-        v.write(metrics.clean_block("\n".join(LOG) + "\n"))
+        v.write(logparse.clean_block("\n".join(LOG) + "\n"))
     out = capsys.readouterr().out
     assert "\x1b" not in out and "step:3 - " in out
     view = LiveView("job-1", console=Console(file=io.StringIO(), force_terminal=True, width=120))
@@ -138,7 +139,7 @@ def test_plot_keeps_jobs_without_data_in_the_legend(tmp_path, monkeypatch):
     # On the H200 a sweep's queued point had logged nothing yet and vanished from the plot.
     import matplotlib.axes
 
-    from rayjobs import plot
+    from rayjobs.views import plot
 
     labels = []
     real_plot = matplotlib.axes.Axes.plot
@@ -158,7 +159,7 @@ def test_failure_line_is_the_last_exception_not_rays_wrapper():
            "\x1b[36m(TaskRunner pid=12)\x1b[0m ValueError: Total available GPUs 0 is less than total desired GPUs 2\n"
            "ray.exceptions.RayTaskError(ValueError): ray::TaskRunner.run() (pid=1, ip=127.0.0.1)\n"
            "[rayjobs] attempt finished with exit code 1\n")
-    assert metrics.failure_line(metrics.clean_block(log)) == \
+    assert logparse.failure_line(logparse.clean_block(log)) == \
         "ValueError: Total available GPUs 0 is less than total desired GPUs 2"
-    assert metrics.failure_line("step:1 - a:1\nKeyboardInterrupt\n") == "KeyboardInterrupt"
-    assert metrics.failure_line("all fine\n") is None
+    assert logparse.failure_line("step:1 - a:1\nKeyboardInterrupt\n") == "KeyboardInterrupt"
+    assert logparse.failure_line("all fine\n") is None

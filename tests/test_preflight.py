@@ -19,9 +19,13 @@ from types import SimpleNamespace
 import pytest
 from conftest import job_list, rayjobs_submit
 
-from rayjobs import compose, inputs, preflight, preflight_verl, rules
+from rayjobs.submit import compose
+from rayjobs.preflight import clusterfiles
+from rayjobs.preflight import checks
+from rayjobs.preflight import verlcheck
+from rayjobs.preflight import rules
 
-HAVE_VERL = not preflight_verl.missing_modules()
+HAVE_VERL = not verlcheck.missing_modules()
 LINE = re.compile(r"^error: \S+.*: .+; fix: .+$")
 
 
@@ -41,7 +45,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pq.write_table(pa.table({"prompt": ["x"]}), root / "data" / "no_source.parquet")
     (root / "models" / "empty").mkdir(parents=True)
     if HAVE_VERL:
-        subprocess.run([sys.executable, "-c", "import sys; from pathlib import Path; from rayjobs.preflight_verl import stub_model;"
+        subprocess.run([sys.executable, "-c", "import sys; from pathlib import Path; from rayjobs.preflight.verlcheck import stub_model;"
                         "print(stub_model(Path(sys.argv[1])))", str(root / "models")], check=True, capture_output=True, timeout=120)
         two = root / "models" / "two-arch"
         two.mkdir()
@@ -167,16 +171,16 @@ def test_sweep_with_one_bad_point_submits_nothing(cluster, client, workdir, stor
 
 def test_both_presets_pass(workdir, store, monkeypatch):
     """The shipped presets, unchanged, pass every client-side check (their data present, W&B key on the cluster)."""
-    from rayjobs import submit
+    from rayjobs.submit import pipeline
 
-    monkeypatch.setattr(preflight, "cluster_env_names", lambda embedded: {"WANDB_API_KEY"})
+    monkeypatch.setattr(checks, "cluster_env_names", lambda embedded: {"WANDB_API_KEY"})
     for exp in ("ppo_gsm8k_qwen05b", "grpo_7b"):
-        prepared = submit.prepare([compose.compose([f"+exp={exp}", f"rayjobs.storage={store}"])])
-        assert preflight.last_timing["points"] == 1
+        prepared = pipeline.prepare([compose.compose([f"+exp={exp}", f"rayjobs.storage={store}"])])
+        assert checks.last_timing["points"] == 1
         if HAVE_VERL:
-            assert preflight.last_timing["verl_s"] > 0  # verl's own validation ran on it
+            assert checks.last_timing["verl_s"] > 0  # verl's own validation ran on it
         cfg = prepared[0].composed.cfg
-        assert not rules.config_problems(cfg) and not inputs.secret_problems(cfg, {"WANDB_API_KEY"})
+        assert not rules.config_problems(cfg) and not clusterfiles.secret_problems(cfg, {"WANDB_API_KEY"})
 
 
 def test_local_critic_model_dir_passes(workdir, store):
@@ -195,7 +199,7 @@ def test_preflight_false_skips_with_a_warning(cluster, client, workdir):
 
 
 def test_without_verl_a_weaker_check_says_so_once(workdir, store):
-    env = {preflight_verl.MODE_ENV: "off"}
+    env = {verlcheck.MODE_ENV: "off"}
     ok = rayjobs_submit(*base(store), "actor_rollout_ref.actor.loss_agg_mode=bogus", "rayjobs.dry_run=true", cwd=workdir, env=env)
     assert ok.returncode == 0, ok.stderr  # only verl itself knows loss_agg_mode
     assert ok.stderr.count("verl's own validation did not run") == 1
@@ -208,7 +212,7 @@ def test_remote_cluster_record_secrets_and_paths(workdir, store, tmp_path):
     home = tmp_path / "home"
     home.mkdir()
     (home / "cluster.json").write_text(json.dumps({"name": "c1", "address": "http://127.0.0.1:9", "secrets": [], "verl": "0.9.1"}))
-    env = {"RAYJOBS_HOME": str(home), preflight_verl.MODE_ENV: "off"}
+    env = {"RAYJOBS_HOME": str(home), verlcheck.MODE_ENV: "off"}
     r = rayjobs_submit(*base(store), "data.val_files=/only/on/cluster.parquet", "rayjobs.dry_run=true", cwd=workdir, env=env)
     assert r.returncode == 0, r.stderr
     assert "remote cluster: data files and model dirs on its storage are not visible from here" in r.stderr
@@ -230,30 +234,30 @@ class StubClient:
 
 
 def _prepared(*overrides: str):
-    from rayjobs import submit
+    from rayjobs.submit import pipeline
 
     c = compose.compose(["+exp=fake_ppo", "rayjobs.preflight=true", *overrides])
-    return [submit.Prepared(c, submit.build_spec(c, submit.Context(now=submit.datetime.now().astimezone(), suffix="beef",
+    return [pipeline.Prepared(c, pipeline.build_spec(c, pipeline.Context(now=pipeline.datetime.now().astimezone(), suffix="beef",
                                                                      working_dir=os.getcwd())))]
 
 
 def test_cluster_fit_queue_wait_is_a_note_never_a_refusal(workdir, capsys):
-    """Preflight only notes a queue wait; "can never fit" is the queue's refusal in submit.send
+    """Preflight only notes a queue wait; "can never fit" is the queue's refusal in pipeline.send
     (tests/test_queue*.py, on a real cluster), because /api/cluster_status lags joining nodes."""
     target = SimpleNamespace(embedded=False, source="embedded")
     two_nodes = [(0, 2, 0, 8), (2, 2, 6, 8)]  # one node busy
-    preflight.check_cluster(StubClient("2.60.0", two_nodes), _prepared("trainer.n_gpus_per_node=2"), target)
+    checks.check_cluster(StubClient("2.60.0", two_nodes), _prepared("trainer.n_gpus_per_node=2"), target)
     # 2 x 2 fits the cluster, but not while one node is busy: a queue wait, not an error.
-    preflight.check_cluster(StubClient("2.60.0", two_nodes), _prepared("trainer.n_gpus_per_node=2", "trainer.nnodes=2"), target)
+    checks.check_cluster(StubClient("2.60.0", two_nodes), _prepared("trainer.n_gpus_per_node=2", "trainer.nnodes=2"), target)
     assert "do not fit the free capacity now and wait in the queue" in capsys.readouterr().err
     # A stale view that shows too few GPUs never refuses here.
-    preflight.check_cluster(StubClient("2.60.0", two_nodes), _prepared("trainer.n_gpus_per_node=4"), target)
+    checks.check_cluster(StubClient("2.60.0", two_nodes), _prepared("trainer.n_gpus_per_node=4"), target)
 
 
 def test_cluster_ray_version_mismatch(workdir):
     target = SimpleNamespace(embedded=False, source="embedded")
-    with pytest.raises(preflight.ConfigError, match=r"^ray='1\.13\.0': the cluster runs Ray 1\.13\.0, this client Ray .*; fix: pip install"):
-        preflight.check_cluster(StubClient("1.13.0", [(0, 2, 0, 8)]), _prepared(), target)
+    with pytest.raises(checks.ConfigError, match=r"^ray='1\.13\.0': the cluster runs Ray 1\.13\.0, this client Ray .*; fix: pip install"):
+        checks.check_cluster(StubClient("1.13.0", [(0, 2, 0, 8)]), _prepared(), target)
 
 
 def test_cluster_verl_version_mismatch(workdir, monkeypatch):
@@ -261,20 +265,20 @@ def test_cluster_verl_version_mismatch(workdir, monkeypatch):
 
     monkeypatch.setattr(settings, "remembered_cluster", lambda: {"verl": "0.8.0", "secrets": ["WANDB_API_KEY"]})
     target = SimpleNamespace(embedded=False, source="cluster c1")
-    with pytest.raises(preflight.ConfigError, match=r"verl='0\.8\.0': the cluster runs verl 0\.8\.0 but the config was composed .* against verl 0\.9\.1"):
-        preflight.check_cluster(StubClient("2.60.0", [(0, 2, 0, 8)]), _prepared(), target)
+    with pytest.raises(checks.ConfigError, match=r"verl='0\.8\.0': the cluster runs verl 0\.8\.0 but the config was composed .* against verl 0\.9\.1"):
+        checks.check_cluster(StubClient("2.60.0", [(0, 2, 0, 8)]), _prepared(), target)
 
 
 def test_fits_is_per_node():
-    assert preflight.fits([2, 2], [{"GPU": 2, "CPU": 6}, {"GPU": 2, "CPU": 6}])
-    assert not preflight.fits([2], [{"GPU": 1, "CPU": 6}, {"GPU": 1, "CPU": 6}])  # fragmented
-    assert preflight.fits([1, 1], [{"GPU": 2, "CPU": 6}])  # node-groups may share a node
+    assert checks.fits([2, 2], [{"GPU": 2, "CPU": 6}, {"GPU": 2, "CPU": 6}])
+    assert not checks.fits([2], [{"GPU": 1, "CPU": 6}, {"GPU": 1, "CPU": 6}])  # fragmented
+    assert checks.fits([1, 1], [{"GPU": 2, "CPU": 6}])  # node-groups may share a node
 
 
 @pytest.mark.skipif(not HAVE_VERL, reason="verl not importable here")
 def test_cluster_side_check_of_a_jobs_overrides(store):
     """What the runner can run on the head: verl's validation + file checks, from the job's verl overrides."""
-    r = subprocess.run([sys.executable, "-m", "rayjobs.preflight_verl", "check", "--", "algorithm.adv_estimator=grpo",
+    r = subprocess.run([sys.executable, "-m", "rayjobs.preflight.verlcheck", "check", "--", "algorithm.adv_estimator=grpo",
                         "actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
                         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2", "actor_rollout_ref.actor.ppo_mini_batch_size=16",
                         "data.train_batch_size=64", "actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B-Instruct",

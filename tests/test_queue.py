@@ -43,7 +43,8 @@ def gclient(gpu_cluster: FakeGpuCluster) -> Any:
 
 def submit(cluster: FakeGpuCluster, *overrides: str) -> str:
     """One job, composed and sent in this process (what `python -m rayjobs.submit` does, minus startup)."""
-    from rayjobs import compose, submit as sub
+    from rayjobs.submit import compose
+    from rayjobs.submit import pipeline as sub
 
     c = compose.compose(["+exp=fake_ppo", f"rayjobs.address={cluster.address}", "+fake.hold_gpus=true", *overrides])
     return sub.send(sub.prepare([c]), address=cluster.address)[0]
@@ -65,9 +66,9 @@ def wait_until(pred: Any, timeout: float, what: str, every: float = 0.5) -> Any:
 
 
 def queued(client: Any) -> dict[str, int]:
-    from rayjobs import queueview
+    from rayjobs.views import queuestatus
 
-    return {k: v["queue_position"] for k, v in queueview.overlay(client, client.list_jobs()).items() if v["status"] == "QUEUED"}
+    return {k: v["queue_position"] for k, v in queuestatus.overlay(client, client.list_jobs()).items() if v["status"] == "QUEUED"}
 
 
 def test_sweep_of_3x_the_cluster_all_succeed(gpu_cluster, gclient, workdir):

@@ -1,4 +1,4 @@
-"""Per-node fit (rayjobs.capacity) and the queue's ordering, without a cluster."""
+"""Per-node fit (rayjobs.oncluster.capacity) and the queue's ordering, without a cluster."""
 
 import json
 import time
@@ -6,8 +6,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from rayjobs import capacity, queueview, request
-from rayjobs.capacity import FITS, NEVER, WAIT, Node
+from rayjobs.oncluster import capacity
+from rayjobs.views import queuestatus
+from rayjobs.oncluster import request
+from rayjobs.oncluster.capacity import FITS, NEVER, WAIT, Node
 
 
 def nodes(*shape):
@@ -84,46 +86,46 @@ def test_refuse_never_fitting_is_one_line_and_skips_cpu_clusters(monkeypatch, ca
         return [SimpleNamespace(spec=SimpleNamespace(submission_id="job-1", metadata={"gpu_groups": json.dumps(groups)}))]
 
     rows = [{"node_id": n, "state": "ALIVE", "resources_total": {"GPU": 2.0, "CPU": 6.0}} for n in "ab"]
-    monkeypatch.setattr(queueview, "cluster_nodes", lambda client: rows)
-    queueview.refuse_never_fitting(None, prepared([2, 2]))  # fits: no error
+    monkeypatch.setattr(queuestatus, "cluster_nodes", lambda client: rows)
+    queuestatus.refuse_never_fitting(None, prepared([2, 2]))  # fits: no error
     with pytest.raises(ConfigError) as e:
-        queueview.refuse_never_fitting(None, prepared([4]), "http://h:8265")
+        queuestatus.refuse_never_fitting(None, prepared([4]), "http://h:8265")
     assert "\n" not in str(e.value) and "job-1 can never run on the cluster at http://h:8265" in str(e.value)
-    monkeypatch.setattr(queueview, "cluster_nodes", lambda client: [{"node_id": "a", "state": "ALIVE", "resources_total": {"CPU": 2.0}}])
-    queueview.refuse_never_fitting(None, prepared([4]))  # a CPU-only dev cluster: not enforced, a note
+    monkeypatch.setattr(queuestatus, "cluster_nodes", lambda client: [{"node_id": "a", "state": "ALIVE", "resources_total": {"CPU": 2.0}}])
+    queuestatus.refuse_never_fitting(None, prepared([4]))  # a CPU-only dev cluster: not enforced, a note
     assert "no GPUs" in capsys.readouterr().err
 
 
 def test_overlay_reports_only_live_queued_jobs(monkeypatch):
     doc = {"queue": [{"id": "j2", "position": 1}, {"id": "j3", "position": 2}, {"id": "gone", "position": 3}]}
-    monkeypatch.setattr(queueview, "read_status", lambda client: doc)
+    monkeypatch.setattr(queuestatus, "read_status", lambda client: doc)
     jobs = [{"submission_id": "j2", "status": "RUNNING"}, {"submission_id": "j3", "status": "RUNNING"},
             {"submission_id": "gone", "status": "STOPPED"}, {"submission_id": "j1", "status": "RUNNING"}]
-    assert queueview.overlay(None, jobs) == {"j2": {"status": "QUEUED", "queue_position": 1},
+    assert queuestatus.overlay(None, jobs) == {"j2": {"status": "QUEUED", "queue_position": 1},
                                          "j3": {"status": "QUEUED", "queue_position": 2}}
-    assert set(queueview.overlay(None)) == {"j2", "j3", "gone"}
-    monkeypatch.setattr(queueview, "read_status", lambda client: None)
-    assert queueview.overlay(None, jobs) == {}
+    assert set(queuestatus.overlay(None)) == {"j2", "j3", "gone"}
+    monkeypatch.setattr(queuestatus, "read_status", lambda client: None)
+    assert queuestatus.overlay(None, jobs) == {}
 
 
 def test_overlay_says_pending_for_a_young_gpu_job_before_the_queue_has_written_anything(monkeypatch):
     # A fresh cluster: the first runner is still creating the queue actor (seen on the 2-GPU H200).
-    monkeypatch.setattr(queueview, "read_status", lambda client: None)
+    monkeypatch.setattr(queuestatus, "read_status", lambda client: None)
     now = time.time() * 1000
     gpu = {"gpu_groups": "[1, 1]"}
     jobs = [{"submission_id": "young", "status": "RUNNING", "metadata": gpu, "start_time": now - 3000},
             {"submission_id": "old", "status": "RUNNING", "metadata": gpu,
-             "start_time": now - (queueview.STARTING_S + 5) * 1000},   # queue switched off: RUNNING
+             "start_time": now - (queuestatus.STARTING_S + 5) * 1000},   # queue switched off: RUNNING
             {"submission_id": "cpu", "status": "RUNNING", "metadata": {"gpu_groups": "[]"}, "start_time": now},
             {"submission_id": "ended", "status": "FAILED", "metadata": gpu, "start_time": now}]
-    assert queueview.overlay(None, jobs) == {"young": {"status": "PENDING", "queue_position": None}}
-    assert queueview.overlay(None) == {}
+    assert queuestatus.overlay(None, jobs) == {"young": {"status": "PENDING", "queue_position": None}}
+    assert queuestatus.overlay(None) == {}
 
 
 def test_overlay_says_pending_for_a_gpu_job_the_queue_has_not_seen_yet(monkeypatch):
     # Ray reports RUNNING once the entrypoint starts, before the runner has asked the queue.
     doc = {"queue": [], "admitted": [{"id": "old"}], "seen": ["old", "done"]}
-    monkeypatch.setattr(queueview, "read_status", lambda client: doc)
+    monkeypatch.setattr(queuestatus, "read_status", lambda client: doc)
     gpu = {"gpu_groups": "[1]"}
     jobs = [{"submission_id": "new", "status": "RUNNING", "metadata": gpu},
             {"submission_id": "old", "status": "RUNNING", "metadata": gpu},
@@ -131,9 +133,9 @@ def test_overlay_says_pending_for_a_gpu_job_the_queue_has_not_seen_yet(monkeypat
             {"submission_id": "cpu", "status": "RUNNING", "metadata": {"gpu_groups": "[]"}},
             {"submission_id": "raw", "status": "RUNNING", "metadata": {}},
             {"submission_id": "ended", "status": "SUCCEEDED", "metadata": gpu}]
-    assert queueview.overlay(None, jobs) == {"new": {"status": "PENDING", "queue_position": None}}
+    assert queuestatus.overlay(None, jobs) == {"new": {"status": "PENDING", "queue_position": None}}
     doc["admitted"].append({"id": "new"})
-    assert queueview.overlay(None, jobs) == {}
+    assert queuestatus.overlay(None, jobs) == {}
     del doc["seen"]  # a queue from before this field: no guessing
     doc["admitted"].pop()
-    assert queueview.overlay(None, jobs) == {}
+    assert queuestatus.overlay(None, jobs) == {}

@@ -20,7 +20,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from rayjobs import embedded
+from rayjobs.client import embedded
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -36,7 +36,7 @@ class FakeGpuCluster:
 
     def __init__(self, root: Path, nodes: Sequence[tuple[int, int]] = ((2, 6), (2, 6)),
                  env: Optional[dict[str, str]] = None, worker_port_base: int = 30000) -> None:
-        from rayjobs.embedded import HEAD_ENV
+        from rayjobs.client.embedded import HEAD_ENV
 
         self.root = Path(root)
         self.nodes = list(nodes)

@@ -1,4 +1,4 @@
-"""rayjobs.runner on its own (no Ray): the trainer starts in the job's working dir by path.
+"""rayjobs.oncluster.runner on its own (no Ray): the trainer starts in the job's working dir by path.
 
 On the 2-GPU H200, a sweep point that waited in the queue died at once: while it waited, Ray
 unpacked the job's working_dir package again (two raylets sharing one host's session dir), so the
@@ -13,7 +13,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from rayjobs import runner
+from rayjobs.oncluster import runner
 
 PROBE = "import os; open('started-here', 'w').write(os.getcwd())"
 

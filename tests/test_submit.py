@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO, job_list, rayjobs_submit, wait_terminal
 
-from rayjobs import ledger, settings
+from rayjobs import settings
+from rayjobs.submit import ledger
 
 ID = re.compile(r"^fake_ppo-\d{8}-\d{6}-[0-9a-f]{4}$")
 

@@ -164,7 +164,7 @@ def restart_dashboard(pause: float = 1.0) -> float:
     raylet only restarts the per-node agent), so we reuse the killed process's own command
     line, environment and cwd from /proc. Returns the seconds until it answered again.
     """
-    from rayjobs import embedded
+    from rayjobs.client import embedded
 
     rec = _head()
     pid = _dashboard_pid(rec["temp_dir"])
@@ -275,16 +275,17 @@ class _View:
 
 
 def test_backlog_of_an_ended_job_waits_for_the_end_even_after_an_early_heartbeat(capsys):
-    from rayjobs import follow, metrics
+    from rayjobs.views import jobtail
+    from rayjobs.views import logparse
 
     log = b"".join(b"line %d\n" % i for i in range(10))
     for items in ([None, log[:30], None, log[30:], None], [None, None, log], [log, None]):
         view = _View()
-        follow._stream(_Follower(items, "SUCCEEDED"), metrics.Progress(), view, follow._Backlog(3), "j")
+        jobtail._stream(_Follower(items, "SUCCEEDED"), logparse.Progress(), view, jobtail._Backlog(3), "j")
         assert view.text == "line 7\nline 8\nline 9\n", items
         assert "7 earlier lines not shown" in capsys.readouterr().err
     # a live job: the backlog ends once bytes came and the stream paused; then lines go out live
     view = _View()
-    follow._stream(_Follower([None, log, None, b"live\n"], "RUNNING"), metrics.Progress(), view,
-                   follow._Backlog(3), "j")
+    jobtail._stream(_Follower([None, log, None, b"live\n"], "RUNNING"), logparse.Progress(), view,
+                   jobtail._Backlog(3), "j")
     assert view.text == "line 7\nline 8\nline 9\nlive\n"

@@ -60,8 +60,8 @@ class RayjobsLauncher(Launcher):
         self.hydra_context = hydra_context
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        from rayjobs import compose
-        from rayjobs.submit import run_points
+        from rayjobs.submit import compose
+        from rayjobs.submit.pipeline import run_points
 
         with compose.memo_interpolations():
             points = self.compose_points([list(o) for o in job_overrides])
@@ -75,7 +75,8 @@ class RayjobsLauncher(Launcher):
 
     # ------------------------------------------------------------------ shared composition
     def compose_points(self, batch: List[List[str]]) -> List[Any]:
-        from rayjobs import compose, plain
+        from rayjobs.submit import compose
+        from rayjobs.submit import configcache
 
         assert self.config is not None and self.hydra_context is not None
         loader = self.hydra_context.config_loader
@@ -90,7 +91,7 @@ class RayjobsLauncher(Launcher):
         # unpickling rebuilds the node tree without re-validating ~1000 nodes (a few ms per
         # point, against ~50-100 ms for OmegaConf.create or a deepcopy on a 2-core machine).
         blob = pickle.dumps(base.cfg)
-        base_raw = plain.raw(base.cfg)
+        base_raw = configcache.raw(base.cfg)
         out = [base]
         for overrides in batch[1:]:
             diff = [o for o in overrides if o not in base_overrides]
@@ -105,7 +106,7 @@ class RayjobsLauncher(Launcher):
                     cfg["hydra"] = {"runtime": {"choices": {"exp": base.experiment}}}
                 point = compose.finish(cfg, overrides)
                 # its plain copy, too, is the base's with the swept leaves set (no full walk)
-                plain.remember_raw(point.cfg, plain.derive_raw(base_raw, point.cfg, [p.key_or_group for p in parsed]))
+                configcache.remember_raw(point.cfg, configcache.derive_raw(base_raw, point.cfg, [p.key_or_group for p in parsed]))
                 out.append(point)
             else:  # a config group changes: compose this point in full
                 with compose.translate_errors(overrides):
@@ -120,7 +121,7 @@ class RayjobsLauncher(Launcher):
         values are plain keys, setting them on a copy saves a second full composition.
         None when a swept override is anything else (a group, an addition, a deletion).
         """
-        from rayjobs import compose
+        from rayjobs.submit import compose
 
         assert self.config is not None
         typed = OmegaConf.select(self.config, "hydra.overrides.task", default=None)

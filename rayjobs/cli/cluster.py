@@ -7,7 +7,7 @@ from typing import Optional
 
 import click
 
-from rayjobs.cli import main
+from rayjobs.cli.group import main
 from rayjobs.errors import run_cli
 
 
@@ -22,10 +22,10 @@ def up_cmd(params: tuple[str, ...], name: Optional[str]) -> None:
     Defaults come from bootstrap/cluster.yaml. Running it again on a live cluster changes nothing
     there and brings back nodes that lost their Ray.
     """
-    from rayjobs import cluster
+    from rayjobs.provision import skypilot
 
     def go() -> dict:
-        return cluster.up(name or cluster.DEFAULT_NAME, cluster.parse_params(list(params)))
+        return skypilot.up(name or skypilot.DEFAULT_NAME, skypilot.parse_params(list(params)))
 
     run_cli(go)
 
@@ -40,7 +40,7 @@ def connect_cmd(name: Optional[str], port: Optional[int], close: bool) -> None:
     Uses SkyPilot's SSH config entry for NAME (default: the remembered cluster, else `rayjobs`);
     later commands then need no address. Prints the local dashboard URL on stdout.
     """
-    from rayjobs import tunnel
+    from rayjobs.provision import tunnel
 
     if close:
         closed = tunnel.disconnect()
@@ -54,7 +54,7 @@ def connect_cmd(name: Optional[str], port: Optional[int], close: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the view as JSON.")
 def cluster_cmd(as_json: bool) -> None:
     """Nodes, GPUs used/free and the queue of the current cluster."""
-    from rayjobs import clusterview
+    from rayjobs.views import clusterview
 
     v = run_cli(clusterview.view)
     click.echo(json.dumps(v, indent=2) if as_json else clusterview.render(v))
@@ -65,9 +65,10 @@ def cluster_cmd(as_json: bool) -> None:
 @click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
 def down_cmd(name: Optional[str], yes: bool) -> None:
     """Tear the cluster down (running jobs are lost; the storage bucket/volume is kept)."""
-    from rayjobs import cluster, settings
+    from rayjobs import settings
+    from rayjobs.provision import skypilot
 
-    name = name or settings.remembered_cluster().get("name") or cluster.DEFAULT_NAME
+    name = name or settings.remembered_cluster().get("name") or skypilot.DEFAULT_NAME
     if not yes:
         click.confirm(f"Tear down the SkyPilot cluster {name!r}? Running jobs are lost", abort=True, err=True)
-    run_cli(lambda: cluster.down(name))
+    run_cli(lambda: skypilot.down(name))

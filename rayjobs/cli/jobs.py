@@ -13,7 +13,7 @@ from typing import Any, Optional
 
 import click
 
-from rayjobs.cli import main
+from rayjobs.cli.group import main
 from rayjobs.errors import run_cli
 
 ADDRESS = click.option("--address", default=None, metavar="URL",
@@ -26,8 +26,8 @@ def _say(msg: str) -> None:
 
 def _open(address: Optional[str]) -> tuple[Any, Any, Any]:
     """(target, Jobs SDK client, Dashboard) for ``address``."""
-    from rayjobs.follow import connect
-    from rayjobs.logstream import Dashboard
+    from rayjobs.views.jobtail import connect
+    from rayjobs.client.logstream import Dashboard
 
     target, c = connect(address)
     return target, c, Dashboard(target)
@@ -70,11 +70,12 @@ def tail_cmd(job_id: str, plain: bool, lines: Optional[int], address: Optional[s
     """
 
     def go() -> int:
-        from rayjobs import follow, jobs
+        from rayjobs.views import jobtail
+        from rayjobs.client import dashboard
 
-        target, c = follow.connect(address)
-        full = jobs.resolve_id(c, job_id)
-        return follow.tail(target, full, live=False if plain else None, lines=-1 if lines is None else lines)
+        target, c = jobtail.connect(address)
+        full = dashboard.resolve_id(c, job_id)
+        return jobtail.tail(target, full, live=False if plain else None, lines=-1 if lines is None else lines)
 
     _exit(run_cli(_pipe_safe(go)))
 
@@ -88,34 +89,35 @@ def logs_cmd(job_id: str, lines: Optional[int], follow: bool, address: Optional[
     """Print a job's log (plain text, no ANSI codes unless stdout is a terminal)."""
 
     def go() -> int:
-        from rayjobs import jobs, metrics
-        from rayjobs import follow as fol
-        from rayjobs.logstream import DashboardDown
+        from rayjobs.client import dashboard
+        from rayjobs.views import logparse
+        from rayjobs.views import jobtail as fol
+        from rayjobs.client.logstream import DashboardDown
 
         target, c, dash = _open(address)
-        full = jobs.resolve_id(c, job_id)
+        full = dashboard.resolve_id(c, job_id)
         if follow:
             return fol.tail(target, full, live=False)
         raw = sys.stdout.isatty()
-        info = jobs.info(c, full)
+        info = dashboard.info(c, full)
         node = getattr(info, "driver_node_id", None)
         if not node:
             _say(f"{full} is {info.status}: it has no log yet")
             return 0
         out = sys.stdout
-        split = metrics.LineSplitter()
+        split = logparse.LineSplitter()
         try:
             for chunk in dash.iter_log(full, node, lines if lines is not None else -1):
                 if raw:
                     out.buffer.write(chunk)
                 else:
-                    out.write(metrics.clean_block(split.feed_text(chunk)))
-            out.write("".join(metrics.clean(x) + "\n" for x in split.flush()))
+                    out.write(logparse.clean_block(split.feed_text(chunk)))
+            out.write("".join(logparse.clean(x) + "\n" for x in split.flush()))
         except DashboardDown:
-            text = jobs.logs(c, full)  # the Jobs API reads the same file another way
+            text = dashboard.logs(c, full)  # the Jobs API reads the same file another way
             if lines is not None:
                 text = "\n".join(text.splitlines()[-lines:]) + "\n" if lines > 0 else ""
-            out.write(text if raw else metrics.clean_block(text))
+            out.write(text if raw else logparse.clean_block(text))
         out.flush()
         return 0
 
@@ -136,18 +138,19 @@ def status_cmd(job_id: str, as_json: bool, address: Optional[str]) -> None:
     """Show one job: status, attempt, progress, latest metrics, W&B run."""
 
     def go() -> int:
-        from rayjobs import jobs, joblist
+        from rayjobs.client import dashboard
+        from rayjobs.views import jobrows
         from rayjobs.errors import NoSuchJob
 
         target, c, dash = _open(address)
         try:
-            full = jobs.resolve_id(c, job_id)
+            full = dashboard.resolve_id(c, job_id)
         except NoSuchJob:  # not several: one that the cluster does not know (any more)
             row = _from_record(job_id, target.key)
         else:
-            info = jobs.info(c, full)
-            over = joblist.queue_overlay(c, [info]).get(full)
-            row = joblist.add_progress(joblist.base_row(info, over), info, dash, lines=2000, head_scan=True)
+            info = dashboard.info(c, full)
+            over = jobrows.queue_overlay(c, [info]).get(full)
+            row = jobrows.add_progress(jobrows.base_row(info, over), info, dash, lines=2000, head_scan=True)
             if row["attempt"] is None:
                 row["attempt"] = 0 if row["status"] in ("PENDING", "QUEUED") else 1
         if as_json:
@@ -186,15 +189,16 @@ def list_cmd(sweep: Optional[str], statuses: tuple[str, ...], experiment: Option
     """List jobs (oldest first): id, experiment, overrides, status, attempt, GPUs, age, step, score."""
 
     def go() -> int:
-        from rayjobs import jobs, joblist
+        from rayjobs.client import dashboard
+        from rayjobs.views import jobrows
         from rayjobs.errors import JobNotFound
 
-        wanted = joblist.parse_statuses(statuses)
+        wanted = jobrows.parse_statuses(statuses)
         target, c, dash = _open(address)
-        all_jobs = jobs.list_jobs(c)
-        records = joblist.missing_records((joblist.field(j, "submission_id") for j in all_jobs), target.key, sweep)
+        all_jobs = dashboard.list_jobs(c)
+        records = jobrows.missing_records((jobrows.field(j, "submission_id") for j in all_jobs), target.key, sweep)
         try:
-            chosen = joblist.select(all_jobs, sweep=sweep, experiment=experiment, include_all=include_all)
+            chosen = jobrows.select(all_jobs, sweep=sweep, experiment=experiment, include_all=include_all)
         except JobNotFound:
             if not (sweep and records):
                 raise
@@ -203,7 +207,7 @@ def list_cmd(sweep: Optional[str], statuses: tuple[str, ...], experiment: Option
             records = [r for r in records if r["experiment"] == experiment]
         if experiment and not chosen and not records:
             _check_experiment(experiment, all_jobs)
-        rows = joblist.rows(chosen, c, dash) + records
+        rows = jobrows.rows(chosen, c, dash) + records
         if wanted:
             rows = [r for r in rows if r["status"] in wanted]
         if as_json:
@@ -217,13 +221,14 @@ def list_cmd(sweep: Optional[str], statuses: tuple[str, ...], experiment: Option
 
 def _from_record(job_id: str, cluster: str) -> dict[str, Any]:
     """The local record's row for an id the cluster does not know; JobNotFound if none (or several) match."""
-    from rayjobs import joblist, ledger
+    from rayjobs.views import jobrows
+    from rayjobs.submit import ledger
     from rayjobs.errors import JobNotFound
 
     hits = ledger.lookup(job_id)
     if len(hits) == 1:
         _say(f"{hits[0]['id']} is not on the cluster; showing the local record ({ledger.path()})")
-        return joblist.record_row(hits[0], cluster)
+        return jobrows.record_row(hits[0], cluster)
     if len(hits) > 1:
         raise JobNotFound(f"{job_id!r} matches {len(hits)} recorded jobs ({', '.join(h['id'] for h in hits[:4])}...); give more of the id")
     raise JobNotFound(f"no job matches {job_id!r} on the cluster or in the local record; `rayjobs list` shows the ids")
@@ -231,12 +236,12 @@ def _from_record(job_id: str, cluster: str) -> dict[str, Any]:
 
 def _check_experiment(name: str, all_jobs: list[Any]) -> None:
     """No job of ``name``: fine if it is a known experiment, else an error with the closest names."""
-    from rayjobs import joblist
+    from rayjobs.views import jobrows
     from rayjobs.errors import ConfigError, did_you_mean
 
-    names = {joblist.meta(j).get("experiment", "") for j in all_jobs} - {""}
+    names = {jobrows.meta(j).get("experiment", "") for j in all_jobs} - {""}
     try:
-        from rayjobs import compose
+        from rayjobs.submit import compose
 
         names |= set(compose.experiments())
     except Exception:
@@ -254,7 +259,7 @@ def _table(rows: list[dict[str, Any]]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from rayjobs.progress import STATUS_STYLE
+    from rayjobs.views.panel import STATUS_STYLE
 
     if not rows:
         _say("no jobs (submit one with: python -m rayjobs.submit +exp=NAME)")
@@ -277,14 +282,14 @@ def _cells(r: dict[str, Any], now: float) -> list[str]:
     """One row of :data:`LIST_COLUMNS` as text (empty where the job has no value)."""
     from datetime import datetime
 
-    from rayjobs import joblist
-    from rayjobs.progress import fmt_num
+    from rayjobs.views import jobrows
+    from rayjobs.views.panel import fmt_num
 
     status = r["status"] + (f" #{r['queue_position']}" if r.get("queue_position") is not None else "")
     if r.get("source") == "record":
         status += " (record)"
     try:
-        age = joblist.age(datetime.fromisoformat(r["submitted_at"]).timestamp(), now) if r.get("submitted_at") else ""
+        age = jobrows.age(datetime.fromisoformat(r["submitted_at"]).timestamp(), now) if r.get("submitted_at") else ""
     except ValueError:
         age = ""
     step = "" if r.get("step") is None else (f"{r['step']}/{r['total_steps']}" if r.get("total_steps") else str(r["step"]))
@@ -307,24 +312,25 @@ def stop_cmd(job_ids: tuple[str, ...], sweep: Optional[str], wait_s: float, addr
     """
 
     def go() -> int:
-        from rayjobs import jobs, joblist
+        from rayjobs.client import dashboard
+        from rayjobs.views import jobrows
         from rayjobs.errors import ConfigError
 
         if not job_ids and not sweep:
             raise ConfigError("name the jobs to stop: rayjobs stop ID... or rayjobs stop --sweep S")
         _, c, _ = _open(address)
-        all_jobs = jobs.list_jobs(c)
-        ids = [jobs.resolve_id(c, j, all_jobs) for j in job_ids]
+        all_jobs = dashboard.list_jobs(c)
+        ids = [dashboard.resolve_id(c, j, all_jobs) for j in job_ids]
         if sweep:
-            ids += [joblist.field(j, "submission_id") for j in joblist.select(all_jobs, sweep=sweep)]
+            ids += [jobrows.field(j, "submission_id") for j in jobrows.select(all_jobs, sweep=sweep)]
         ids = list(dict.fromkeys(ids))
-        status = {joblist.field(j, "submission_id"): joblist.status_of(j) for j in all_jobs}
+        status = {jobrows.field(j, "submission_id"): jobrows.status_of(j) for j in all_jobs}
         asked = []
         for i in ids:
-            if status.get(i) in joblist.TERMINAL:
+            if status.get(i) in jobrows.TERMINAL:
                 _say(f"{i} already {status[i]}")
                 continue
-            jobs.stop(c, i)
+            dashboard.stop(c, i)
             asked.append(i)
         if asked:
             _say(f"asked {len(asked)} job(s) to stop; the trainer gets a grace period to save a checkpoint")
@@ -333,10 +339,10 @@ def stop_cmd(job_ids: tuple[str, ...], sweep: Optional[str], wait_s: float, addr
         while pending and time.monotonic() < deadline:
             for i in list(pending):
                 try:
-                    status[i] = str(jobs.info(c, i).status)
+                    status[i] = str(dashboard.info(c, i).status)
                 except Exception:
                     continue
-                if status[i] in joblist.TERMINAL:
+                if status[i] in jobrows.TERMINAL:
                     pending.discard(i)
             if pending:
                 time.sleep(0.5)
@@ -367,7 +373,9 @@ def plot_cmd(job_ids: tuple[str, ...], sweep: Optional[str], metric_names: tuple
     """One PNG: a curve per job over steps (legend: sweep overrides), plus val-core metrics."""
 
     def go() -> int:
-        from rayjobs import jobs, joblist, plot
+        from rayjobs.client import dashboard
+        from rayjobs.views import jobrows
+        from rayjobs.views import plot
         from rayjobs.errors import ConfigError
 
         if not job_ids and not sweep:
@@ -375,12 +383,12 @@ def plot_cmd(job_ids: tuple[str, ...], sweep: Optional[str], metric_names: tuple
         if not output.lower().endswith(".png"):
             raise ConfigError(f"-o {output}: give a .png file name")
         _, c, dash = _open(address)
-        all_jobs = jobs.list_jobs(c)
-        by_id = {joblist.field(j, "submission_id"): j for j in all_jobs}
-        chosen = [by_id[jobs.resolve_id(c, j, all_jobs)] for j in job_ids]
+        all_jobs = dashboard.list_jobs(c)
+        by_id = {jobrows.field(j, "submission_id"): j for j in all_jobs}
+        chosen = [by_id[dashboard.resolve_id(c, j, all_jobs)] for j in job_ids]
         if sweep:
-            chosen += sorted(joblist.select(all_jobs, sweep=sweep), key=joblist.order)
-        chosen = list({joblist.field(j, "submission_id"): j for j in chosen}.values())
+            chosen += sorted(jobrows.select(all_jobs, sweep=sweep), key=jobrows.order)
+        chosen = list({jobrows.field(j, "submission_id"): j for j in chosen}.values())
         data = plot.collect(dash, chosen, list(metric_names) or None, val=not no_val)
         title = f"sweep {sweep}" if sweep else None
         plot.render(data, output, title=title)

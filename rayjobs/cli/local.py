@@ -8,7 +8,7 @@ from typing import Optional
 
 import click
 
-from rayjobs.cli import main
+from rayjobs.cli.group import main
 from rayjobs.errors import ClusterUnreachable, run_cli
 
 
@@ -19,7 +19,7 @@ def local() -> None:
 
 def _start() -> str:
     """Start (or reuse) the head; its address once it can accept a job."""
-    from rayjobs import embedded
+    from rayjobs.client import embedded
 
     address = embedded.ensure().address
     rec = embedded.running()
@@ -43,7 +43,7 @@ def local_start() -> None:
 def local_status() -> None:
     """Print the embedded head's record as JSON (exit 1 if it is not running); the warm preflight
     helper's state goes to stderr."""
-    from rayjobs import embedded
+    from rayjobs.client import embedded
 
     rec = embedded.running()
     click.echo(helper_status(), err=True)
@@ -57,7 +57,7 @@ def local_status() -> None:
 def local_stop() -> None:
     """Stop the embedded head by PID (never the `ray` CLI's stop, which ends every Ray on the machine);
     returns once every process of it is gone."""
-    from rayjobs import embedded
+    from rayjobs.client import embedded
 
     ok = run_cli(embedded.stop)
     click.echo("rayjobs: embedded local cluster stopped" if ok else "rayjobs: nothing to stop", err=True)
@@ -65,15 +65,15 @@ def local_stop() -> None:
 
 # --------------------------------------------------------------------------- the preflight helper
 def _helper_pids() -> list[int]:
-    """PIDs of the live warm preflight helpers (:mod:`rayjobs.verlhelper`) of this user.
+    """PIDs of the live warm preflight helpers (:mod:`rayjobs.preflight.helper`) of this user.
 
     Read from their PID files and /proc, not by pinging the socket: any request resets the
     helper's idle timer, and a status command must not keep it alive.
     """
-    from rayjobs import verlhelper
+    from rayjobs.preflight import helper
 
     pids = []
-    for pid_file in sorted(verlhelper.state_dir().glob("verl-*.pid")):
+    for pid_file in sorted(helper.state_dir().glob("verl-*.pid")):
         try:
             pid = int(pid_file.read_text())
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
@@ -81,7 +81,7 @@ def _helper_pids() -> list[int]:
         except (OSError, ValueError, IndexError):
             continue  # gone (a PID file left by a killed helper)
         # The PID may have been reused: it is the helper only if it serves this very socket.
-        if state != "Z" and b"rayjobs.preflight_verl" in argv and str(pid_file.with_suffix(".sock")).encode() in argv:
+        if state != "Z" and b"rayjobs.preflight.verlcheck" in argv and str(pid_file.with_suffix(".sock")).encode() in argv:
             pids.append(pid)
     return pids
 
@@ -114,7 +114,7 @@ def _memory_mb(pid: int) -> int:
 
 def _idle_s(pid: int) -> str:
     """The idle timeout the helper runs with (its own environment, else verlhelper's default)."""
-    from rayjobs.verlhelper import IDLE_ENV
+    from rayjobs.preflight.helper import IDLE_ENV
 
     try:
         env = dict(kv.split(b"=", 1) for kv in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") if b"=" in kv)

@@ -40,7 +40,7 @@ if [ "$PHASE" = start ]; then
 
   mark "cluster: bootstrap/ray_node.py rank 0, then rank 1"
   if [ "${RESET:-0}" = 1 ]; then   # end this script's earlier cluster, by PID: the processes naming its temp dirs
-    python3 -c "from rayjobs.embedded import pids_naming, terminate; terminate(lambda: pids_naming('/tmp/rn0/', '/tmp/rn1/'))"
+    python3 -c "from rayjobs.client.embedded import pids_naming, terminate; terminate(lambda: pids_naming('/tmp/rn0/', '/tmp/rn1/'))"
     rm -rf $ND/node0 $ND/node1
   fi
   TOKEN=$(python3 -c "import secrets; print(secrets.token_hex(24))")   # `rayjobs up` passes it as a SkyPilot secret
@@ -58,7 +58,7 @@ if [ "$PHASE" = start ]; then
   }
   # Each node its own Ray temp dir (RAYJOBS_RAY_TEMP_DIR), as on separate machines: sharing one,
   # rank 1's runtime-env agent unpacked the jobs' working_dir again under the head's waiting job
-  # (phase 3: the queued point died at once; rayjobs.runner now survives that too).
+  # (phase 3: the queued point died at once; rayjobs.oncluster.runner now survives that too).
   # One after the other: on ONE host with a shared temp dir, Ray names a raylet's sockets and log
   # files in the shared session dir by the first free name, and two raylets starting in the same
   # instant both took `sockets/raylet` (bind: Address already in use; seen in a CPU dry run). Separate machines

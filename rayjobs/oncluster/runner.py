@@ -1,0 +1,179 @@
+"""The wrapper every rayjobs job runs under, on the cluster: ``python3 -m rayjobs.oncluster.runner -- CMD``.
+
+It reads the job's metadata (Ray hands it to the driver in ``RAY_JOB_CONFIG_JSON_ENV_VAR``) and
+gives each attempt what it must get right:
+
+* a per-attempt metrics file: verl's ``file`` logger truncates ``$VERL_FILE_LOGGER_PATH`` on
+  every start, so attempt N writes ``<run_dir>/metrics.<N>.jsonl`` (N counts earlier attempts of
+  the same run, including earlier submissions that resumed it);
+* ``rayjobs.max_retries``: a failed attempt is re-run, resuming from the same absolute
+  checkpoint dir (verl's ``trainer.resume_mode=auto``);
+* signals: SIGTERM/SIGINT from ``ray job stop`` are passed to the trainer, which gets the
+  head's stop grace period to save;
+* the queue (:mod:`rayjobs.oncluster.queueactor`, through :mod:`rayjobs.oncluster.admission`): a job with a GPU demand waits here, as QUEUED, until the
+  cluster-side queue admits it; stopped while waiting, it exits and the trainer never starts.
+  It holds its admission across retries and releases it when it exits.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from rayjobs.shared import stamp
+
+
+def job_metadata() -> dict[str, Any]:
+    """This job's metadata as submitted (empty outside a Ray job)."""
+    raw = os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR", "{}")
+    try:
+        return dict(json.loads(raw).get("metadata") or {})
+    except ValueError:
+        return {}
+
+
+def next_attempt(run_dir: Path) -> int:
+    """1 + the number of attempts this run already had (their metrics files)."""
+    return 1 + len(list(run_dir.glob("metrics.*.jsonl")))
+
+
+def log(msg: str) -> None:
+    print(f"[rayjobs] {msg}", flush=True)
+
+
+def start_dir() -> Optional[str]:
+    """The job's working dir by *path* (``$PWD`` as Ray's job supervisor set it, else getcwd)."""
+    pwd = os.environ.get("PWD")
+    try:
+        if pwd and os.path.samefile(pwd, "."):
+            return pwd
+        return os.getcwd()
+    except OSError:
+        return pwd or None
+
+
+def _same_dir(a: str, b: str) -> bool:
+    """Same inode? A deleted cwd still stats (its old inode), so a replaced dir compares unequal."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+#: How long a runner waits for its working dir to be back (Ray's unpack is rmtree, then unzip).
+UNPACK_WAIT_S = 30.0
+
+
+def _wait_for_dir(path: str, timeout: float = UNPACK_WAIT_S) -> bool:
+    deadline = time.monotonic() + timeout
+    while not os.path.isdir(path):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+def run_attempt(cmd: list[str], env: dict[str, str], cwd: Optional[str] = None) -> int:
+    """Run one attempt in ``cwd`` (a path) and return its exit code.
+
+    The trainer starts in the working dir named by path, not in the directory this process
+    inherited: while a runner waits in the queue, Ray may unpack the job's working_dir package
+    again (seen with two raylets sharing one host's session dir), leaving the runner in a
+    deleted directory; a trainer started there fails at once (torch's MKL cannot load without a
+    working getcwd: "Intel oneMKL FATAL ERROR: Cannot load libtorch_cpu.so").
+
+    The trainer stays in this process group, so Ray's stop (SIGTERM to the group, SIGKILL after
+    the grace period) reaches it even if this wrapper dies first; a signal sent to the wrapper
+    alone is forwarded.
+    """
+    if cwd is not None and not os.path.isdir(cwd):
+        log(f"the job's working dir {cwd} is gone; waiting up to {UNPACK_WAIT_S:g} s for it to be unpacked again")
+        if not _wait_for_dir(cwd):
+            log(f"WARNING: {cwd} did not come back; the trainer starts in the directory this runner inherited")
+            cwd = None
+    if cwd is not None and not _same_dir(cwd, "."):
+        log(f"the job's working dir {cwd} was unpacked again while this job waited; the trainer starts in the new one")
+    proc = subprocess.Popen(cmd, env=env, cwd=cwd)
+
+    def forward(signum: int, _frame: Any) -> None:
+        try:
+            proc.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+    old = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        return proc.wait()
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    if not argv:
+        print("usage: python3 -m rayjobs.oncluster.runner -- COMMAND [ARGS...]", file=sys.stderr)
+        return 2
+    meta = job_metadata()
+    base_env = dict(os.environ)  # the trainer's environment: as Ray gave it, before the queue's ray.init
+    workdir = start_dir()
+    ticket = None
+    sid = str(meta.get("job_submission_id") or "")
+    if sid:
+        from rayjobs.oncluster import admission
+
+        try:
+            ticket = admission.admit(sid, meta, log)
+        except admission.Stopped:
+            log("stopped while queued: the trainer was not started")
+            return 128 + signal.SIGTERM
+        except Exception as e:  # the queue itself is broken: run as plain Ray would, and say so
+            log(f"WARNING: the rayjobs queue is unavailable ({type(e).__name__}: {e}); starting without admission")
+    try:
+        return run_attempts(argv, meta, base_env, workdir)
+    finally:
+        if ticket is not None:
+            ticket.release()
+
+
+def run_attempts(argv: list[str], meta: dict[str, Any], base_env: dict[str, str],
+                 workdir: Optional[str] = None) -> int:
+    """The attempts of one job (``rayjobs.max_retries`` + 1 at most), each started in ``workdir``;
+    the exit code to report."""
+    retries = int(meta.get("max_retries", "0") or 0)
+    run_dir = Path(meta["run_dir"]) if meta.get("run_dir") else None
+    code = 1
+    for i in range(retries + 1):
+        env = dict(base_env)
+        if run_dir is not None:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            attempt = next_attempt(run_dir)
+            env["VERL_FILE_LOGGER_PATH"] = str(run_dir / f"metrics.{attempt}.jsonl")
+            # Claimed now, so an attempt that dies before verl's logger starts still counts.
+            Path(env["VERL_FILE_LOGGER_PATH"]).touch()
+            env["RAYJOBS_ATTEMPT"] = str(attempt)
+            log(f"attempt {attempt} of run {meta.get('run', '?')} (metrics: {env['VERL_FILE_LOGGER_PATH']})")
+        started = time.monotonic()
+        cmd = list(argv)
+        if run_dir is not None and meta.get("kind") == "verl":
+            # verl's file logger runs in its TaskRunner actor, whose environment comes from the
+            # runtime_env verl passes to ray.init, not from this driver's: hand the path over there.
+            cmd.append(f"++ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH='{env['VERL_FILE_LOGGER_PATH']}'")
+        code = run_attempt(cmd, env, workdir)
+        log(f"attempt finished with exit code {code} after {time.monotonic() - started:.1f} s at {stamp()}")
+        if code == 0 or code < 0 or i == retries:
+            break  # success, killed by a signal (stop), or out of retries
+        log(f"retrying ({i + 1}/{retries}); verl resumes from the checkpoint dir (resume_mode=auto)")
+    return 0 if code == 0 else (code if code > 0 else 128 - code)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The provision plane: SkyPilot brings the cluster up and down; the SSH tunnel reaches its Jobs API."""

@@ -1,0 +1,271 @@
+"""The provision plane: ``rayjobs up`` / ``connect`` / ``cluster`` / ``down``.
+
+* ``up`` builds the SkyPilot task from ``bootstrap/cluster.yaml`` (parameters: infra, accelerators,
+  num_nodes, image, disk_size, ...; validated by SkyPilot's own schema), launches it with a Ray auth
+  token (kept in ``$RAYJOBS_HOME/clusters/<name>/auth_token``, 0600) and the local WANDB_API_KEY /
+  HF_TOKEN as SkyPilot secrets, follows the bootstrap job until the head says the cluster is
+  complete (the job fails, naming the missing ranks, otherwise), starts the autostop sentinel and
+  connects. Re-running it on a live cluster changes nothing there (the node script is idempotent)
+  and brings back nodes that lost their Ray.
+* ``connect`` (:mod:`rayjobs.provision.tunnel`) opens the SSH tunnel to the head's Jobs API and remembers
+  the cluster; ``cluster`` (:mod:`rayjobs.views.clusterview`) shows nodes, GPUs used/free and the queue.
+* ``down`` closes the tunnel and tears the cluster down with SkyPilot.
+
+SkyPilot is imported only inside ``up``/``down`` (it takes seconds to import).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets as _secrets
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+from rayjobs import settings
+from rayjobs.errors import ConfigError, RayjobsError, did_you_mean
+
+BOOTSTRAP = Path(__file__).resolve().parents[2] / "bootstrap"
+DEFAULT_NAME = "rayjobs"
+REMOTE_DASHBOARD_PORT = 8265
+#: `rayjobs up` parameters (key=value) -> what they set.
+UP_KEYS = {
+    "infra": "resources.infra (k8s, aws, gcp/us-central1, ...)",
+    "accelerators": "resources.accelerators per node (H100:1, H100:8, ...)",
+    "num_nodes": "number of nodes",
+    "idle_minutes": "minutes without a running or queued Ray job before autostop (sentinel)",
+    "image": "resources.image_id (docker:...)",
+    "disk_size": "resources.disk_size in GB",
+    "memory": "resources.memory (128+)",
+    "use_spot": "resources.use_spot (true/false)",
+    "autodown": "tear down (not stop) when idle; default true on k8s (which cannot stop)",
+    "bucket": "bucket mounted at the storage root (file_mounts, MOUNT_CACHED)",
+    "volume": "a SkyPilot volume (k8s PVC) mounted at the storage root instead of a bucket",
+    "storage": "the storage root path on the nodes (/mnt/rayjobs)",
+    "join_timeout": "seconds the head waits for every node before failing",
+}
+
+
+class ClusterError(RayjobsError):
+    """Provisioning, bootstrap or tunnel failure (one line: what failed and what to run)."""
+
+
+# --------------------------------------------------------------------------- task
+def parse_params(pairs: list[str]) -> dict[str, str]:
+    """``["infra=aws", "num_nodes=4"]`` -> dict; unknown keys name the closest valid ones."""
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        key = key.strip().lstrip("-").replace("-", "_")
+        if not sep or not key:
+            raise ConfigError(f"expected key=value, got {pair!r} (keys: {', '.join(UP_KEYS)})")
+        if key not in UP_KEYS:
+            raise ConfigError(f"unknown parameter {key!r}{did_you_mean(key, UP_KEYS)}; valid: {', '.join(UP_KEYS)}")
+        out[key] = value.strip()
+    return out
+
+
+def _bool(key: str, value: str) -> bool:
+    v = value.lower()
+    if v in ("1", "true", "yes", "on"):
+        return True
+    if v in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{key}={value!r}: expected true or false")
+
+
+def _int(key: str, value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        raise ConfigError(f"{key}={value!r}: expected a whole number") from None
+    if n < (0 if key == "idle_minutes" else 1):
+        raise ConfigError(f"{key}={value!r}: must be at least {0 if key == 'idle_minutes' else 1}")
+    return n
+
+
+def task_config(params: dict[str, str], workdir: Optional[str] = None,
+                secrets: Optional[dict[str, str]] = None) -> dict[str, Any]:
+    """``bootstrap/cluster.yaml`` as a dict, with ``params`` applied (not yet validated).
+
+    ``secrets`` (if given) replace the YAML's placeholders: only the ones with a value are sent.
+    """
+    import yaml
+
+    cfg = yaml.safe_load((BOOTSTRAP / "cluster.yaml").read_text())
+    if secrets is not None:
+        cfg["secrets"] = {k: v for k, v in secrets.items() if v}
+    res = cfg.setdefault("resources", {})
+    envs = cfg.setdefault("envs", {})
+    for key, value in params.items():
+        if key in ("infra", "accelerators", "memory"):
+            res[key] = value
+        elif key == "image":
+            res["image_id"] = value if ":" in value.split("/")[0] else f"docker:{value}"
+        elif key == "disk_size":
+            res["disk_size"] = _int(key, value)
+        elif key == "use_spot":
+            res["use_spot"] = _bool(key, value)
+        elif key == "num_nodes":
+            cfg["num_nodes"] = _int(key, value)
+        elif key == "bucket":
+            envs["RAYJOBS_BUCKET"] = value
+        elif key == "join_timeout":
+            envs["RAYJOBS_JOIN_TIMEOUT"] = str(_int(key, value))
+        elif key == "storage":
+            if not value.startswith("/"):
+                raise ConfigError(f"storage={value!r} must be an absolute path on the nodes")
+            envs["RAYJOBS_STORAGE"] = value
+    root = envs["RAYJOBS_STORAGE"]
+    mounts = cfg.pop("file_mounts", {}) or {}
+    mount = next(iter(mounts.values()), {"name": "${RAYJOBS_BUCKET}", "mode": "MOUNT_CACHED"})
+    if params.get("volume"):
+        cfg["volumes"] = {root: params["volume"]}
+    else:
+        cfg["file_mounts"] = {root: mount}
+    infra = str(res.get("infra", ""))
+    autodown = _bool("autodown", params["autodown"]) if "autodown" in params else infra.startswith(("k8s", "kubernetes"))
+    res.setdefault("autostop", {})["down"] = autodown
+    if workdir:
+        cfg["workdir"] = workdir
+    return cfg
+
+
+def build_task(params: dict[str, str], workdir: Optional[str] = None,
+               secrets: Optional[dict[str, str]] = None) -> Any:
+    """The SkyPilot ``Task`` (SkyPilot's schema check runs here, offline)."""
+    import sky
+
+    try:
+        return sky.Task.from_yaml_config(task_config(params, workdir, secrets))
+    except (ValueError, TypeError) as e:
+        raise ConfigError(f"SkyPilot rejected the cluster task: {' '.join(str(e).split())[:300]}") from e
+
+
+def sentinel_task(idle_minutes: int, workdir: Optional[str] = None) -> Any:
+    import sky
+    import yaml
+
+    cfg = yaml.safe_load((BOOTSTRAP / "sentinel.yaml").read_text())
+    cfg["envs"]["RAYJOBS_IDLE_MINUTES"] = str(idle_minutes)
+    if workdir:
+        cfg["workdir"] = workdir
+    return sky.Task.from_yaml_config(cfg)
+
+
+# --------------------------------------------------------------------------- local state
+def cluster_dir(name: str) -> Path:
+    return settings.home() / "clusters" / name
+
+
+def _write_secret(path: Path, value: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".new")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.write(fd, value.encode())
+    os.close(fd)
+    os.replace(tmp, path)
+
+
+def local_token(name: str, create: bool = False) -> Optional[Path]:
+    path = cluster_dir(name) / "auth_token"
+    if not path.exists() and create:
+        _write_secret(path, _secrets.token_hex(32))
+    return path if path.exists() else None
+
+
+def _sky() -> Any:
+    try:
+        import sky
+    except ImportError:
+        raise ConfigError("SkyPilot is not installed: pip install 'rayjobs[sky]' (skypilot==0.14.1)") from None
+    return sky
+
+
+def _sky_call(what: str, name: str, fn: Any, *args: Any, **kw: Any) -> Any:
+    """Call SkyPilot; its exceptions become one-line :class:`ClusterError` messages."""
+    try:
+        return fn(*args, **kw)
+    except RayjobsError:
+        raise
+    except Exception as e:
+        if e.__class__.__name__ == "ClusterDoesNotExist":
+            raise ClusterError(f"no SkyPilot cluster named {name!r} (`sky status` lists them)") from e
+        raise ClusterError(f"SkyPilot {what} of {name!r} failed: {' '.join(str(e).split())[:300]}") from e
+
+
+# --------------------------------------------------------------------------- up / down
+def up(name: str, params: dict[str, str], out: Any = None, sdk: Any = None) -> dict[str, Any]:
+    """Launch (or re-bootstrap) the cluster, wait until it is complete, start the sentinel, connect."""
+    from rayjobs.provision import tunnel  # it imports this module
+
+    out = out or sys.stderr
+    sky = sdk or _sky()
+    params = dict(params)
+    idle = _int("idle_minutes", params.pop("idle_minutes", "30"))
+    workdir = str(BOOTSTRAP.parent)
+    build_task(params, workdir)  # bad parameters fail here, before anything touches the cluster
+    token = local_token(name)
+    if token is None:
+        try:  # a cluster someone else started: keep its token (a new one would lock its Ray out)
+            tunnel._remote_state(name)
+            token = local_token(name)
+        except ClusterError:
+            token = None
+    token = token or local_token(name, create=True)
+    assert token is not None
+    task = build_task(params, workdir, {"RAY_AUTH_TOKEN": token.read_text().strip(),
+                                        **{k: os.environ.get(k, "") for k in ("WANDB_API_KEY", "HF_TOKEN")}})
+    print(f"rayjobs: launching {name} ({task.num_nodes} node(s), {_describe(task)}) ...", file=out)
+    job_id, _ = _sky_call("launch", name, lambda: sky.stream_and_get(sky.launch(task, cluster_name=name)))
+    tee = _Tee(out)
+    rc = _sky_call("logs", name, sky.tail_logs, name, job_id, follow=True, output_stream=tee)
+    if rc != 0:
+        detail = tee.error or f"the bootstrap job {job_id} ended with code {rc}"
+        raise ClusterError(f"{name} is not ready: {detail}; full log: sky logs {name} {job_id}")
+    _sky_call("exec (sentinel)", name, lambda: sky.stream_and_get(sky.exec(sentinel_task(idle, workdir), cluster_name=name)))
+    print(f"rayjobs: {name} is ready; autostop after {idle} idle minute(s) (no running or queued Ray job)", file=out)
+    rec = tunnel.connect(name, out=out)
+    print("rayjobs: once per storage root, prepare the presets' data: "
+          "python -m rayjobs.submit -m +exp=prepare_data rayjobs.prepare.dataset=gsm8k,math", file=out)
+    return rec
+
+
+def _describe(task: Any) -> str:
+    r = next(iter(task.resources))
+    gpus = ", ".join(f"{k}:{v:g}" for k, v in (r.accelerators or {}).items()) or "no GPUs"
+    return f"{gpus} each, {r.cloud or 'any infra'}"
+
+
+class _Tee:
+    """Passes SkyPilot's log stream through and keeps the node script's `error:` line."""
+
+    def __init__(self, out: Any) -> None:
+        self.out = out
+        self.error = ""
+
+    def write(self, text: str) -> int:
+        for line in text.splitlines():
+            if "error: " in line:
+                self.error = line.split("error: ", 1)[1].strip()
+        return self.out.write(text)
+
+    def flush(self) -> None:
+        self.out.flush()
+
+
+def down(name: str, out: Any = None, sdk: Any = None) -> None:
+    """Close the tunnel, forget the cluster, tear it down with SkyPilot (the bucket stays)."""
+    from rayjobs.provision import tunnel
+
+    out = out or sys.stderr
+    rec = settings.remembered_cluster()
+    if rec.get("name") == name:
+        tunnel.disconnect()
+    sky = sdk or _sky()
+    print(f"rayjobs: tearing down {name} ...", file=out)
+    _sky_call("down", name, lambda: sky.stream_and_get(sky.down(name)))
+    token = cluster_dir(name) / "auth_token"
+    token.unlink(missing_ok=True)
+    print(f"rayjobs: {name} is down (the storage bucket/volume is kept)", file=out)

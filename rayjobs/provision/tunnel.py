@@ -1,0 +1,152 @@
+"""The laptop's way in: an SSH tunnel to the head's loopback-only Jobs API (``rayjobs connect``).
+
+``connect`` reads the head's readiness record and token over SSH (SkyPilot writes an SSH config
+entry per cluster), opens ``ssh -N -L 127.0.0.1:<local>:127.0.0.1:8265 <cluster>`` (or reuses a
+live one) and remembers the cluster in ``$RAYJOBS_HOME/cluster.json``, so later commands need no
+address. ``disconnect`` closes it by PID (only if it is still our ssh) and forgets the cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from rayjobs import settings
+from rayjobs.provision.skypilot import DEFAULT_NAME, REMOTE_DASHBOARD_PORT, ClusterError, _write_secret, cluster_dir
+
+
+def _ssh_config(name: str) -> Optional[str]:
+    cfg = os.environ.get("RAYJOBS_SSH_CONFIG")
+    if cfg:
+        return cfg
+    sky_cfg = Path.home() / ".sky" / "generated" / "ssh" / name  # SkyPilot's per-cluster entry
+    return str(sky_cfg) if sky_cfg.exists() else None
+
+
+def _ssh(name: str, *extra: str) -> list[str]:
+    cmd = ["ssh"]
+    cfg = _ssh_config(name)
+    if cfg:
+        cmd += ["-F", cfg]
+    return cmd + ["-o", "BatchMode=yes", "-o", "ConnectTimeout=20", *extra, name]
+
+
+def _remote_state(name: str) -> dict[str, Any]:
+    """The head's readiness record, and its token stored locally (one SSH round trip)."""
+    node_dir = os.environ.get("RAYJOBS_REMOTE_NODE_DIR", "~/.rayjobs/node")
+    script = f'd={node_dir}; cat "$d/ready.json" && echo @@token@@ && cat "$d/auth_token"'
+    try:
+        r = subprocess.run(_ssh(name) + [script], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise ClusterError(f"ssh {name} failed ({e.__class__.__name__}); is the cluster up? (`sky status {name}`)") from e
+    if r.returncode != 0 or "@@token@@" not in r.stdout:
+        why = (r.stderr.strip().splitlines() or ["no readiness record on the head"])[-1]
+        raise ClusterError(f"cannot read {name}'s readiness record over ssh ({why}): run `rayjobs up` (or `sky status {name}`)")
+    doc, token = r.stdout.split("@@token@@", 1)
+    try:
+        rec = json.loads(doc)
+    except ValueError as e:
+        raise ClusterError(f"{name}'s readiness record is not JSON: run `rayjobs up` again") from e
+    if token.strip():
+        _write_secret(cluster_dir(name) / "auth_token", token.strip())
+    return rec
+
+
+def _free_port(preferred: int) -> int:
+    from rayjobs.client.embedded import free_port
+
+    port = free_port(preferred)
+    if port is None:
+        raise ClusterError("no free local port for the tunnel")
+    return port
+
+
+def _tunnel_alive(tunnel: dict[str, Any]) -> bool:
+    """Our ssh process is still there (the PID is checked against its command line)."""
+    pid = tunnel.get("pid")
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except (OSError, TypeError):
+        return False
+    return bool(cmd) and cmd[0].endswith(b"ssh") and tunnel.get("forward", "").encode() in cmd
+
+
+def _dashboard_up(url: str, timeout: float = 2.0) -> bool:
+    from rayjobs.client.embedded import _alive
+
+    return _alive(url, timeout=timeout)
+
+
+def connect(name: Optional[str] = None, port: Optional[int] = None, out: Any = None,
+            timeout: float = 60.0) -> dict[str, Any]:
+    """Open (or reuse) the SSH tunnel to ``name``'s Jobs API and remember the cluster."""
+    out = out or sys.stderr
+    rec = settings.remembered_cluster()
+    name = name or rec.get("name") or DEFAULT_NAME
+    tunnel = rec.get("tunnel") or {}
+    if rec.get("name") == name and _tunnel_alive(tunnel) and (port in (None, tunnel.get("local_port"))) \
+            and _dashboard_up(rec["address"]):
+        print(f"rayjobs: reusing the tunnel to {name} at {rec['address']} (ssh pid {tunnel['pid']})", file=out)
+        return rec
+    if rec.get("name") == name:
+        disconnect()
+    state = _remote_state(name)
+    local = _free_port(port or REMOTE_DASHBOARD_PORT)
+    remote = int(str(state.get("dashboard", "127.0.0.1:8265")).rsplit(":", 1)[-1])
+    forward = f"127.0.0.1:{local}:127.0.0.1:{remote}"
+    log = cluster_dir(name) / "tunnel.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w") as err:
+        proc = subprocess.Popen(
+            _ssh(name, "-N", "-o", "ExitOnForwardFailure=yes", "-o", "ServerAliveInterval=30",
+                 "-o", "ServerAliveCountMax=3", "-L", forward),
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+    url = f"http://127.0.0.1:{local}"
+    deadline = time.monotonic() + timeout
+    while not _dashboard_up(url, timeout=1.0):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            if proc.poll() is None:
+                proc.terminate()
+            why = (log.read_text().strip().splitlines() or ["no answer"])[-1]
+            raise ClusterError(f"the SSH tunnel to {name} did not come up ({why}); check `ssh {name}`")
+        time.sleep(0.2)
+    new = {
+        "name": name,
+        "address": url,
+        "storage": state.get("storage"),
+        "token_path": str(cluster_dir(name) / "auth_token"),
+        "nodes": state.get("nodes"),
+        "gpus_per_node": state.get("gpus_per_node"),
+        "gpus": state.get("gpus"),
+        "ray_version": state.get("ray_version"),
+        "verl_version": state.get("verl_version"),
+        "tunnel": {"pid": proc.pid, "local_port": local, "forward": forward, "ssh_host": name},
+        "connected_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    path = settings.cluster_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(new, indent=2) + "\n")
+    print(f"rayjobs: connected to {name}: {new['nodes']} node(s) x {new['gpus_per_node']} GPU(s), "
+          f"Jobs API at {url} (ssh pid {proc.pid}); storage {new['storage']}", file=out)
+    return new
+
+
+def disconnect() -> bool:
+    """Close the remembered tunnel (by PID, only if it is still our ssh) and forget the cluster."""
+    rec = settings.remembered_cluster()
+    tunnel = rec.get("tunnel") or {}
+    closed = False
+    if _tunnel_alive(tunnel):
+        try:
+            os.kill(int(tunnel["pid"]), signal.SIGTERM)
+            closed = True
+        except ProcessLookupError:
+            pass
+    settings.cluster_file().unlink(missing_ok=True)
+    return closed

@@ -1,0 +1,270 @@
+"""JobSpec: exactly what is handed to ``JobSubmissionClient.submit_job`` -- and how it is built.
+
+:func:`build_spec` is pure: a composed config plus a :class:`Context` (time, random suffix, git
+state, sweep) in, a frozen :class:`JobSpec` out. Dry-run prints it; submit hands
+:meth:`JobSpec.submit_kwargs` to Ray unchanged. Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shlex
+from dataclasses import dataclass, field, fields
+from datetime import datetime
+from types import MappingProxyType
+from typing import Any, Mapping, Optional, Sequence
+
+from rayjobs import __version__
+from rayjobs.submit.compose import Composed, is_own, override_key
+from rayjobs.errors import ConfigError
+
+#: The wrapper every job runs under (per-attempt metrics file, retries, queue admission).
+RUNNER = "python3 -m rayjobs.oncluster.runner --"
+#: Env vars that must never travel in a job's runtime_env: anyone who can list jobs reads them.
+SECRET_PATTERN = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.I)
+#: Env vars verl 0.9.1 sets itself in ray.init; setting them in the job's runtime_env makes
+#: verl's ray.init fail with "Failed to merge the Job's runtime env".
+VERL_OWNED_ENV = frozenset({"VERL_FULL_DETERMINISM", "VLLM_BATCH_INVARIANT", "VERL_RL_INSIGHT_ENABLE"})
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One Ray job, field for field the keyword arguments of ``submit_job``."""
+
+    entrypoint: str
+    submission_id: str
+    runtime_env: Mapping[str, Any]
+    metadata: Mapping[str, str]
+    entrypoint_num_cpus: Optional[float] = None
+    entrypoint_num_gpus: Optional[float] = None
+    entrypoint_memory: Optional[int] = None
+    entrypoint_resources: Optional[Mapping[str, float]] = None
+
+    def submit_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments for ``JobSubmissionClient.submit_job`` (plain dicts, Nones dropped)."""
+        return {k: v for k, v in self.to_json().items() if v is not None}
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-able form (what dry-run prints as the submit request)."""
+        return {f.name: _plain(getattr(self, f.name)) for f in fields(self)}
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, Mapping):
+        return {k: _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    return v
+
+
+@dataclass(frozen=True)
+class Context:
+    """Everything :func:`build_spec` needs from the outside world, gathered by the caller."""
+
+    now: datetime
+    suffix: str  #: 4 hex chars, random
+    working_dir: str  #: absolute
+    git_sha: str = ""
+    git_dirty: bool = False
+    sweep: Optional[str] = None  #: sweep id shared by all points of a -m run
+    point: Optional[int] = None  #: index of this point in the sweep
+    sweep_overrides: tuple[str, ...] = field(default_factory=tuple)  #: the overrides varying in the sweep
+
+
+def slug(text: str, limit: int = 60) -> str:
+    """Filesystem/id-safe form: ``algorithm.kl_ctrl.kl_coef=0.01`` -> ``kl_coef=0.01``."""
+    text = re.sub(r"[^A-Za-z0-9_.+-]+", "_", text).strip("_")
+    return text[:limit]
+
+
+def job_id(experiment: str, ctx: Context) -> str:
+    """Readable id: ``<exp>-<YYYYmmdd-HHMMSS>-<4 hex>`` (sweep points: ``<sweep id>-<n>``)."""
+    if ctx.sweep is not None:
+        return f"{ctx.sweep}-{ctx.point}"
+    return f"{slug(experiment, 40)}-{ctx.now:%Y%m%d-%H%M%S}-{ctx.suffix}"
+
+
+def sweep_id(experiment: str, now: datetime, suffix: str) -> str:
+    """Sweep id: same shape as a job id."""
+    return f"{slug(experiment, 40)}-{now:%Y%m%d-%H%M%S}-{suffix}"
+
+
+def point_label(overrides: Sequence[str], sep: str = "=") -> str:
+    """``["algorithm.kl_ctrl.kl_coef=0.01"]`` -> ``kl_coef=0.01`` (legends); ``sep="-"`` for run names."""
+    parts = []
+    for ov in overrides:
+        key, _, value = ov.partition("=")
+        parts.append(f"{override_key(key).rsplit('.', 1)[-1]}{sep}{value}")
+    return ",".join(parts)
+
+
+# --------------------------------------------------------------------------- overrides
+_BARE = re.compile(r"^[A-Za-z0-9_./:@+-]+$")
+_LOOKS_TYPED = re.compile(r"^([-+]?[0-9._]+([eE][-+]?[0-9]+)?|true|false|null|none|inf|-inf|nan)$", re.I)
+
+
+def format_value(v: Any) -> str:
+    """A Python value in Hydra's override grammar (the inverse of Hydra's parser)."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ",".join(format_value(x) for x in v) + "]"
+    if isinstance(v, Mapping):
+        return "{" + ",".join(f"{k}:{format_value(x)}" for k, x in v.items()) + "}"
+    s = str(v)
+    if s and _BARE.match(s) and not _LOOKS_TYPED.match(s):
+        return s
+    return "'" + s.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _value(cfg: Any, key: str) -> Any:
+    from omegaconf import DictConfig, ListConfig, OmegaConf
+
+    node = OmegaConf.select(cfg, key, throw_on_missing=False)
+    if isinstance(node, (DictConfig, ListConfig)):
+        return OmegaConf.to_container(node, resolve=True)
+    return node
+
+
+def verl_overrides(c: Composed, forced: Mapping[str, Any]) -> list[str]:
+    """The verl overrides, in order: preset keys, the user's, then rayjobs' forced keys.
+
+    Values come from the composed config, resolved, so ``${rayjobs.storage}`` and sweep values
+    arrive as plain values; overrides that are not plain keys (``~key``, group choices) pass as
+    typed. Each key appears once.
+    """
+    from omegaconf import OmegaConf
+
+    from rayjobs.submit.compose import verl_schema
+
+    schema = verl_schema()
+    out: dict[str, str] = {}
+    for key in c.preset:
+        # A preset may add keys verl's defaults lack (e.g. inside `override_config: {}`); on
+        # verl's command line those need `++` (add or override), or verl's struct mode refuses them.
+        add = "++" if schema and key not in schema else ""
+        out[key] = f"{add}{key}={format_value(_value(c.cfg, key))}"
+    for ov in c.overrides:
+        if is_own(ov):
+            continue
+        key = override_key(ov)
+        if ov.startswith("~") or "=" not in ov or "@" in key or OmegaConf.select(c.cfg, key, default="__absent__") == "__absent__":
+            out[key] = ov
+        else:
+            plus = "+" if ov.startswith("+") else ""
+            out[key] = f"{plus}{key}={format_value(_value(c.cfg, key))}"
+    for key, value in forced.items():
+        out.pop(key, None)
+        out[key] = f"{key}={format_value(value)}"
+    return list(out.values())
+
+
+# --------------------------------------------------------------------------- demand
+def gpu_groups(cfg: Any) -> list[int]:
+    """verl's GPU demand: one STRICT_PACK group of ``n`` GPU bundles per node-group.
+
+    ``[trainer.n_gpus_per_node] * trainer.nnodes``, plus a separate reward pool when enabled
+    (verl ``init_resource_pool_mgr``). Each bundle also takes 3 CPUs.
+    """
+    from omegaconf import OmegaConf
+
+    def num(key: str, default: int = 0) -> int:
+        v = OmegaConf.select(cfg, key, default=default)
+        try:
+            return int(v)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{key}={v!r} must be an integer (it sets the job's GPU demand)")
+
+    groups = [num("trainer.n_gpus_per_node", 8)] * num("trainer.nnodes", 1)
+    if OmegaConf.select(cfg, "reward.reward_model.enable_resource_pool", default=False):
+        groups += [num("reward.reward_model.n_gpus_per_node")] * num("reward.reward_model.nnodes")
+    return [g for g in groups if g > 0]
+
+
+def config_hash(cfg: Any) -> str:
+    """Stable short hash of the composed (unresolved) config."""
+    from rayjobs.submit import configcache
+
+    doc = json.dumps(configcache.raw(cfg), sort_keys=True, default=str)
+    return hashlib.sha256(doc.encode()).hexdigest()[:12]
+
+
+# --------------------------------------------------------------------------- build
+def build_spec(c: Composed, ctx: Context) -> JobSpec:
+    """The Ray job for one composed point. Pure: same inputs, same spec."""
+    from omegaconf import OmegaConf
+
+    cfg = c.cfg
+    rj = cfg.rayjobs
+    sid = job_id(c.experiment, ctx)
+    storage = str(rj.storage)
+    if not storage.startswith("/"):
+        raise ConfigError(f"rayjobs.storage={storage!r} is a relative path; give an absolute path on the cluster's shared storage")
+    env = {str(k): str(v) for k, v in (rj.env or {}).items()}
+    for name in env:
+        if SECRET_PATTERN.search(name):
+            raise ConfigError(
+                f"rayjobs.env.{name} looks like a secret: a job's env is readable by anyone who can list jobs; "
+                f"put it in the cluster's environment instead (bootstrap secrets, see README)"
+            )
+        if name in VERL_OWNED_ENV:
+            raise ConfigError(f"rayjobs.env.{name} is set by verl itself; setting it makes verl's ray.init fail: remove it")
+
+    if ctx.sweep is not None:
+        run = f"{ctx.sweep}_{slug(point_label(ctx.sweep_overrides, '-'), 80)}" if ctx.sweep_overrides else sid
+    else:
+        run = sid
+    project = str(OmegaConf.select(cfg, "trainer.project_name", default="rayjobs"))
+    meta: dict[str, str] = {
+        "rayjobs": __version__,
+        "experiment": c.experiment,
+        "overrides": json.dumps(list(c.overrides)),
+        "sweep": ctx.sweep or "",
+        "sweep_overrides": json.dumps(list(ctx.sweep_overrides)),
+        "priority": str(int(rj.priority)),
+        "max_retries": str(int(rj.max_retries)),
+        "git_sha": ctx.git_sha,
+        "git_dirty": "1" if ctx.git_dirty else "0",
+        "config_hash": config_hash(cfg),
+        "submitted_at": ctx.now.isoformat(timespec="milliseconds"),
+        "kind": str(rj.kind),
+    }
+
+    if rj.kind == "verl":
+        user_name = any(override_key(o) == "trainer.experiment_name" for o in c.overrides)
+        run = str(cfg.trainer.experiment_name) if user_name else run
+        ckpt = OmegaConf.select(cfg, "trainer.default_local_dir")
+        user_dir = any(override_key(o) == "trainer.default_local_dir" for o in c.overrides)
+        ckpt = str(ckpt) if user_dir else f"{storage}/checkpoints/{project}/{run}"
+        logger = list(OmegaConf.to_container(cfg.trainer.logger, resolve=True) or [])
+        forced: dict[str, Any] = {
+            "trainer.experiment_name": run,
+            "trainer.default_local_dir": ckpt,
+            "trainer.logger": logger + ([] if "file" in logger else ["file"]),
+        }
+        args = verl_overrides(c, forced)
+        groups = gpu_groups(cfg)
+        meta.update({"run": run, "run_dir": f"{storage}/runs/{project}/{run}", "checkpoint_dir": ckpt,
+                     "gpu_groups": json.dumps(groups)})
+    elif rj.kind == "command":
+        args = [str(a) for a in OmegaConf.to_container(rj.args, resolve=True)]
+        meta.update({"run": run, "run_dir": f"{storage}/runs/{slug(c.experiment, 40)}/{run}", "gpu_groups": "[]"})
+    else:
+        raise ConfigError(f"rayjobs.kind={rj.kind!r} is not one of: verl, command")
+
+    entrypoint = " ".join([RUNNER, str(rj.entrypoint)] + [shlex.quote(a) for a in args])
+    runtime_env: dict[str, Any] = {"working_dir": ctx.working_dir, "excludes": list(rj.excludes)}
+    if env:
+        runtime_env["env_vars"] = env
+    return JobSpec(
+        entrypoint=entrypoint,
+        submission_id=sid,
+        runtime_env=MappingProxyType(runtime_env),
+        metadata=MappingProxyType(meta),
+    )

@@ -1,0 +1,167 @@
+"""Follow a job until it ends: ``rayjobs tail`` and ``rayjobs.follow=true``.
+
+Exit codes (design §3): 0 SUCCEEDED, 1 FAILED, 3 STOPPED; 130 when Ctrl-C detaches (the job goes
+on); 2 for errors (unknown id, unreachable cluster). The log comes from
+:class:`rayjobs.client.logstream.LogFollower` (every byte once, resumes after a dashboard restart); on a
+terminal a rich live panel sits below it (:mod:`rayjobs.views.panel`), otherwise stdout gets plain
+lines without ANSI codes and stderr a last status line.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Optional
+
+from rayjobs import settings
+
+EXIT_CODES = {"SUCCEEDED": 0, "FAILED": 1, "STOPPED": 3}
+TERMINAL = tuple(EXIT_CODES)
+#: A live job whose log stream sent nothing this long after attaching has an empty log so far.
+EMPTY_LOG_S = 2.0
+DETACHED = 130
+
+
+def connect(address: Optional[str] = None, address_from: str = "--address") -> tuple[settings.Target, Any]:
+    """(target, Jobs SDK client) for ``address`` (the embedded head is started if it is the one)."""
+    from rayjobs.client import dashboard
+
+    target = settings.resolve_target(address, address_from)
+    if target.embedded:
+        from rayjobs.client import embedded
+
+        target = embedded.ensure(quiet=True)
+    return target, dashboard.client(target)
+
+
+def follow(job_id: str, address: Optional[str] = None, live: Optional[bool] = None, interval: float = 0.05,
+           address_from: str = "--address") -> int:
+    """Follow ``job_id`` (a unique prefix is enough) until it ends; return its exit code."""
+    from rayjobs.client import dashboard
+
+    target, c = connect(address, address_from)
+    full = dashboard.resolve_id(c, job_id)
+    return tail(target, full, live=live, interval=interval)
+
+
+def _say(msg: str) -> None:
+    print(f"rayjobs: {msg}", file=sys.stderr, flush=True)
+
+
+class _Backlog:
+    """What the log held before we attached: only its last ``lines`` lines are printed.
+
+    ``lines`` None: print everything as it comes. For a job that had ended when we attached, the
+    whole log is backlog and its last lines are printed at the end. For a live job, the backlog
+    ends when the stream pauses after its first bytes (or sends none for :data:`EMPTY_LOG_S`: an
+    empty log); a heartbeat before the first byte is not "caught up" (that printed the whole log).
+    """
+
+    def __init__(self, lines: Optional[int]) -> None:
+        from collections import deque
+
+        self.lines: Optional[deque] = deque(maxlen=max(0, lines)) if lines is not None else None
+        self.held = 0
+        self.ended: Optional[bool] = None
+
+    def take(self, text: str) -> bool:
+        """Keep ``text`` (whole lines) if still catching up; False: the caller prints it."""
+        if self.lines is None:
+            return False
+        parts = text.split("\n")[:-1] if text.endswith("\n") else text.split("\n")
+        self.held += len(parts)
+        self.lines.extend(parts)
+        return True
+
+    def caught_up(self, follower: Any) -> bool:
+        return (self.lines is not None and not self.ended
+                and (follower.seen > 0 or follower.quiet_s() >= EMPTY_LOG_S))
+
+    def release(self, view: Any, job_id: str) -> None:
+        """Print the kept lines (saying how many were left out) and stop keeping."""
+        if self.lines is None:
+            return
+        if self.held > len(self.lines):
+            _say(f"{self.held - len(self.lines)} earlier lines not shown (all of them: rayjobs logs {job_id})")
+        view.write("".join(x + "\n" for x in self.lines))
+        self.lines = None
+
+
+def tail(target: settings.Target, job_id: str, live: Optional[bool] = None, interval: float = 0.05,
+         lines: Optional[int] = -1) -> int:
+    """Stream ``job_id``'s log with a view until the job is terminal; its exit code.
+
+    ``lines``: how much of the log written before we attached to print: None = all of it, N = the
+    last N lines (the rest is still read, so the view knows the total steps, W&B run and attempt),
+    -1 = all when not on a terminal, the last 1000 on one.
+    """
+    from rayjobs.views import logparse
+    from rayjobs.client.logstream import Dashboard, LogFollower
+    from rayjobs.views.panel import LiveView, PlainView, status_line
+
+    if live is None:
+        live = sys.stdout.isatty() and os.environ.get("TERM") != "dumb"
+    outage = float(os.environ.get("RAYJOBS_TAIL_OUTAGE_S", "300"))
+    follower = LogFollower(Dashboard(target), job_id, interval=interval, outage_s=outage, say=_say)
+    progress = logparse.Progress()
+    view: Any = LiveView(job_id) if live else PlainView()
+    backlog = _Backlog((1000 if live else None) if lines == -1 else lines)
+    try:
+        with view:
+            _stream(follower, progress, view, backlog, job_id)
+    except KeyboardInterrupt:
+        follower.close()
+        _say(f"detached from {job_id} ({follower.status}); it keeps running. Re-attach: rayjobs tail {job_id}  "
+             f"Stop it: rayjobs stop {job_id}")
+        return DETACHED
+    status = follower.status
+    if not live:
+        _say(status_line(job_id, status, progress))
+    if status == "FAILED":
+        _say(f"{job_id} FAILED: {failure_summary(follower.job, bytes(follower.tail))}")
+    return EXIT_CODES.get(status, 4)
+
+
+def _stream(follower: Any, progress: Any, view: Any, backlog: _Backlog, job_id: str) -> None:
+    """Feed the log to the view (and the progress parser) until the job is over."""
+    from rayjobs.views import logparse
+
+    splitter = logparse.LineSplitter()
+    for chunk in follower:
+        changed = False
+        if backlog.ended is None:
+            backlog.ended = follower.status in TERMINAL
+        if chunk:
+            text = splitter.feed_text(chunk)
+            if text:
+                text = logparse.clean_block(text)
+                changed = logparse.feed_block(progress, text)
+                if not backlog.take(text):
+                    view.write(text)
+        elif backlog.caught_up(follower):
+            backlog.release(view, job_id)
+        view.update(follower.job, progress, changed)
+    rest = "".join(logparse.clean(x) + "\n" for x in splitter.flush())
+    if rest:
+        logparse.feed_block(progress, rest)
+        if not backlog.take(rest):
+            view.write(rest)
+    backlog.release(view, job_id)
+    view.update(follower.job, progress, True)
+
+
+def failure_summary(job: dict[str, Any], log_tail: bytes) -> str:
+    """One line for a FAILED job: the log's last exception line, else Ray's message (its first line).
+
+    Ray's message is "Job entrypoint command failed with exit code 1, last available logs
+    (truncated to 20,000 chars): ..." followed by the log's *start*: cut at 300 characters it ends
+    mid-path and never names the exception.
+    """
+    from rayjobs.views import logparse
+
+    err = logparse.failure_line(logparse.clean_block(log_tail.decode("utf-8", "replace")))
+    msg = logparse.clean(str(job.get("message") or "")).split(", last available logs")[0]
+    msg = " ".join(msg.split())[:200]
+    if err:
+        return f"{err[:300]}" + (f" ({msg})" if msg else "")
+    return msg or "no message from Ray"

@@ -1,0 +1,77 @@
+"""A run's metrics files: what verl's ``file`` logger wrote, one file per attempt.
+
+``rayjobs.oncluster.runner`` points verl's file logger at ``<run_dir>/metrics.<attempt>.jsonl`` (one
+``{"step": N, "data": {...}}`` per line), so the history of a run survives its log and a resumed
+attempt adds a file instead of rewriting one. Read where the storage is visible (the cluster, or a
+laptop with it mounted); the console log (:mod:`rayjobs.views.logparse`) is the fallback.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterable, Iterator, Optional
+
+
+def jsonl_files(run_dir: Optional[str]) -> list[Path]:
+    """``<run_dir>/metrics.<attempt>.jsonl`` files, by attempt, if that dir is readable here."""
+    if not run_dir:
+        return []
+    d = Path(run_dir)
+    try:
+        files = [p for p in d.glob("metrics.*.jsonl") if p.name.split(".")[1].isdigit()]
+    except OSError:
+        return []
+    return sorted(files, key=lambda p: int(p.name.split(".")[1]))
+
+
+def read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, float]]]:
+    """(step, data) per line of verl's file logger; torn or foreign lines are skipped."""
+    try:
+        f = path.open("rb")
+    except OSError:
+        return
+    with f:
+        for raw in f:
+            try:
+                rec = json.loads(raw)
+                step = int(rec["step"])
+                data = {str(k): float(v) for k, v in rec.get("data", {}).items()
+                        if isinstance(v, (int, float)) and not isinstance(v, bool)}
+            except (ValueError, KeyError, TypeError, AttributeError):
+                continue
+            yield step, data
+
+
+def merge_attempts(attempts: Iterable[Iterable[tuple[int, dict[str, float]]]]) -> dict[int, dict[str, float]]:
+    """One history from several attempts: a resumed attempt's steps replace the earlier ones."""
+    out: dict[int, dict[str, float]] = {}
+    for records in attempts:
+        first = True
+        for step, data in records:
+            if first:  # an attempt resumed at step s invalidates what the older ones logged after s
+                for s in [s for s in out if s > step]:
+                    del out[s]
+                first = False
+            out.setdefault(step, {}).update(data)
+    return dict(sorted(out.items()))
+
+
+def last_jsonl_record(path: Path, window: int = 1 << 16) -> Optional[tuple[int, dict[str, float]]]:
+    """The last complete record of a JSONL file, reading only its tail."""
+    try:
+        with path.open("rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(0, size - window))
+            tail = f.read()
+    except OSError:
+        return None
+    for raw in reversed(tail.split(b"\n")):
+        try:
+            rec = json.loads(raw)
+            return int(rec["step"]), {str(k): float(v) for k, v in rec.get("data", {}).items()
+                                      if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        except (ValueError, KeyError, TypeError, AttributeError):
+            continue
+    return None

@@ -1,0 +1,137 @@
+"""``rayjobs plot``: one PNG with a curve per job over steps, legend = each job's sweep overrides.
+
+Data per job: verl's metrics JSONL (``<run_dir>/metrics.<attempt>.jsonl``, attempts merged so a
+resumed attempt replaces the steps it redid) when that dir is readable here, else the step lines
+of the job's log, streamed (constant memory). :func:`collect` returns the data (tests check it;
+``--json`` prints it); :func:`render` draws it with matplotlib (optional extra ``rayjobs[plot]``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional, Sequence
+
+from rayjobs.views import metricfiles
+from rayjobs.views import logparse
+from rayjobs.errors import ConfigError, RayjobsError, did_you_mean
+from rayjobs.views.jobrows import TERMINAL, field, meta, overrides_label, status_of
+
+DEFAULT_METRIC = "critic/score/mean"
+
+
+def history_from_log(dash: Any, job: Any) -> dict[int, dict[str, float]]:
+    """{step: metrics} from the job's console log (step lines; a later attempt's steps win)."""
+    node = field(job, "driver_node_id")
+    if not node or dash is None:
+        return {}
+    out: dict[int, dict[str, float]] = {}
+    split = logparse.LineSplitter()
+    for chunk in dash.iter_log(field(job, "submission_id"), node, -1):
+        text = split.feed_text(chunk)
+        if "step:" not in text and "validation metrics:" not in text:
+            continue
+        for line in logparse.clean_block(text).split("\n"):
+            b = logparse.body(line)
+            parsed = logparse.parse_step(b) if "step:" in b else None
+            if parsed:
+                step, data = parsed
+                for s in [s for s in out if s > step]:  # a resumed attempt redoes these steps
+                    del out[s]
+                out.setdefault(step, {}).update(data)
+    return dict(sorted(out.items()))
+
+
+def history(dash: Any, job: Any) -> tuple[dict[int, dict[str, float]], str]:
+    """(history, source) for one job: the JSONL if readable here, else its log."""
+    files = metricfiles.jsonl_files(meta(job).get("run_dir"))
+    if files:
+        merged = metricfiles.merge_attempts(metricfiles.read_jsonl(f) for f in files)
+        # The runner creates each attempt's file before verl starts; a trainer stopped before
+        # verl's file logger flushed leaves it empty while its log has the steps.
+        if merged:
+            return merged, "jsonl"
+    return history_from_log(dash, job), "log"
+
+
+def labels(jobs: Sequence[Any]) -> list[str]:
+    """Legend names: sweep overrides (``kl_coef=0.01``), else the user's overrides, else the id; unique."""
+    raw = [overrides_label(meta(j)) or str(field(j, "submission_id")) for j in jobs]
+    out = []
+    for j, label in zip(jobs, raw):
+        out.append(label if raw.count(label) == 1 else f"{label} ({field(j, 'submission_id')})")
+    return out
+
+
+def collect(dash: Any, jobs: Sequence[Any], metric_names: Optional[Sequence[str]] = None,
+            val: bool = True) -> dict[str, Any]:
+    """The plot's data: ``{"metrics": [...], "jobs": [{"id", "label", "source", "series": {m: [[step, v], ...]}}]}``.
+
+    Without ``metric_names``: critic/score/mean; with ``val``, plus every ``val-core/*`` key seen.
+    """
+    hists = [history(dash, j) for j in jobs]
+    names = list(metric_names or [DEFAULT_METRIC])
+    check_metrics(metric_names or [], [h for h, _ in hists])
+    if val:
+        seen = sorted({k for h, _ in hists for d in h.values() for k in d if k.startswith("val-core/")})
+        names += [k for k in seen if k not in names]
+    out_jobs = []
+    for j, label, (h, src) in zip(jobs, labels(jobs), hists):
+        series = {m: [[s, d[m]] for s, d in h.items() if m in d and math.isfinite(d[m])] for m in names}
+        out_jobs.append({"id": field(j, "submission_id"), "label": label, "source": src, "series": series,
+                         "steps": len(h), "status": status_of(j).split(".")[-1]})
+    return {"metrics": names, "jobs": out_jobs}
+
+
+def check_metrics(wanted: Sequence[str], hists: Sequence[dict[int, dict[str, float]]]) -> None:
+    """A metric no job logged, where the jobs did log steps, is a typo: exit 2 with the closest names."""
+    seen = {k for h in hists for d in h.values() for k in d}
+    if not seen:
+        return  # nothing logged yet: any name may still come
+    for m in wanted:
+        if m not in seen:
+            raise ConfigError(f"no job logged the metric {m!r}{did_you_mean(m, seen)}; "
+                              f"`rayjobs plot ... --json` lists what they logged")
+
+
+def render(data: dict[str, Any], out: str, title: Optional[str] = None) -> str:
+    """Draw ``data`` (from :func:`collect`) into the PNG ``out``: one panel per metric."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        raise ConfigError("plotting needs matplotlib: pip install 'rayjobs[plot]' (or pip install matplotlib)") from e
+    names = [m for m in data["metrics"] if any(j["series"].get(m) for j in data["jobs"])]
+    if not names:
+        wanted = ", ".join(data["metrics"])
+        raise RayjobsError(f"none of the jobs logged {wanted} yet; pick another with --metric (e.g. critic/rewards/mean)")
+    fig, axes = plt.subplots(len(names), 1, figsize=(9, 3.6 * len(names)), squeeze=False, sharex=True)
+    for ax, m in zip(axes[:, 0], names):
+        for j in data["jobs"]:
+            pts = j["series"].get(m) or []
+            if not pts:  # still in the legend, so a sweep's queued or starting points are not lost
+                note = _unlogged(j, m)
+                ax.plot([], [], "x", color="0.6", label=f"{j['label']} ({note})")
+                continue
+            xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+            style = "o-" if len(pts) <= 20 or m.startswith("val-") else "-"
+            ax.plot(xs, ys, style, label=j["label"], markersize=4, linewidth=1.5)
+        ax.set_ylabel(m, fontsize=9)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8, loc="best")
+    axes[-1, 0].set_xlabel("step")
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def _unlogged(job: dict[str, Any], metric: str) -> str:
+    """Why a job has no points for ``metric``: it logged no steps (yet), or steps without it."""
+    ended = job.get("status") in TERMINAL  # then not "yet"
+    if job.get("steps"):
+        return f"{job['steps']} steps, no {metric}" + (f", {job['status']}" if ended else "")
+    return f"nothing logged, {job['status']}" if ended else "nothing logged yet"
