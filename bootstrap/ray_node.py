@@ -6,7 +6,7 @@ Rank-aware, idempotent, no fixed sleeps:
 * rank 0 starts the Ray head on ``RAYJOBS_RAY_PORT`` (6379) with the dashboard / Jobs API on
   127.0.0.1:``RAYJOBS_DASHBOARD_PORT`` (8265), a dashboard-agent port that is not SkyPilot's 52365,
   ``--num-gpus=$SKYPILOT_NUM_GPUS_PER_NODE``, token auth and the head settings the rayjobs queue and
-  stop rely on (``rayjobs.client.embedded.HEAD_ENV``). It then polls the GCS until every rank's node and
+  stop rely on (``rayjobs.shared.HEAD_ENV``). It then polls the GCS until every rank's node and
   every GPU is present and the Jobs API answers, and writes the readiness record
   (``$RAYJOBS_NODE_DIR/ready.json``: nodes, GPUs, Ray/verl/rayjobs versions). After
   ``RAYJOBS_JOIN_TIMEOUT`` seconds it fails, naming the ranks that are missing.
@@ -112,7 +112,7 @@ class Config:
 def head_env() -> dict[str, str]:
     """rayjobs' head settings (long job start timeout, 60 s stop grace, no usage stats)."""
     try:
-        from rayjobs.client.embedded import HEAD_ENV
+        from rayjobs.shared import HEAD_ENV
     except ImportError:
         fail("rayjobs is not importable here: the task's setup installs it (pip install rayjobs)")
     env = dict(HEAD_ENV)

@@ -10,9 +10,31 @@ import time
 from datetime import datetime, timezone
 from typing import Optional
 
+#: The head's Ray settings rayjobs relies on: the embedded head and the node script (bootstrap/ray_node.py) set them.
+HEAD_ENV = {
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    # Queued jobs wait inside their own driver, but keep Ray from failing a PENDING job early.
+    "RAY_JOB_START_TIMEOUT_SECONDS": str(7 * 24 * 3600),
+    # Ray kills a stopped job's driver 3 s after SIGTERM: too short for an RL checkpoint.
+    "RAY_JOB_STOP_WAIT_TIME_S": "60",
+    # Not set: RAY_kill_child_processes_on_worker_exit_with_raylet_subreaper=true. On Ray 2.60 it
+    # makes every job report SUCCEEDED with driver exit code 0 (measured: `sys.exit(1)` ->
+    # SUCCEEDED), because the supervisor's child is reaped before it can read the exit status.
+    "RAY_USAGE_STATS_ENABLED": "0",
+}
+
+#: Ray's job statuses that never change again.
+TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
+#: Every status rayjobs shows: Ray's, plus QUEUED (held by the rayjobs queue) and UNKNOWN (a job of
+#: the local record that the cluster no longer knows: its head restarted, or it ran elsewhere).
+STATUSES = ("PENDING", "QUEUED", "RUNNING", "SUCCEEDED", "FAILED", "STOPPED", "UNKNOWN")
+
 #: Metadata key of a runner's own Ray driver: the submission id it runs. Ray lists that driver as a
 #: job of its own; rayjobs' views leave it out.
 RUNNER_OF = "rayjobs_runner_of"
+
+#: The queue actor's status file in the head's Ray log dir (read by the laptop through the log API).
+STATUS_FILE = "rayjobs_queue.json"
 
 #: How a log line gives a moment: readable, in UTC, to the millisecond (benchmarks compute gaps from it).
 STAMP_FORMAT = "%Y-%m-%d %H:%M:%S"

@@ -38,16 +38,15 @@ FLOOR = """
 import json, sys
 from concurrent.futures import ThreadPoolExecutor
 from rayjobs.client import embedded
-from rayjobs.client import dashboard
-reqs = json.load(open(sys.argv[1]))
-c = dashboard.client(embedded.ensure(quiet=True))
-env = dashboard.upload_working_dir(c, dict(reqs[0]["runtime_env"]))
+from rayjobs.client.dashboard import Dashboard
+reqs = [{k: v for k, v in r.items() if k != "submission_id"} for r in json.load(open(sys.argv[1]))]
+c = Dashboard(embedded.ensure(quiet=True)).sdk
+first = c.submit_job(**reqs[0])  # uploads the working_dir; the others name its package
+uri = c.get_job_info(first).runtime_env["working_dir"]
 def one(r):
-    r = dict(r, runtime_env=dict(r["runtime_env"], working_dir=env["working_dir"]))
-    r.pop("submission_id", None)
-    return c.submit_job(**r)
+    return c.submit_job(**dict(r, runtime_env=dict(r["runtime_env"], working_dir=uri)))
 with ThreadPoolExecutor(16) as pool:
-    list(pool.map(one, reqs))
+    list(pool.map(one, reqs[1:]))
 """
 
 
@@ -151,11 +150,11 @@ def main() -> None:
     prof = per_point_profile(sweep, n)  # in-process, no cluster: where a point's milliseconds go
     with benchlib.private_netns():
         from rayjobs.client import embedded
-        from rayjobs.client import dashboard
+        from rayjobs.client.dashboard import Dashboard
 
         rec = embedded.start(quiet=True)
         try:
-            client = dashboard.client(embedded.target(rec))
+            client = Dashboard(embedded.target(rec)).sdk
             dry = subprocess.run(ours + ["rayjobs.dry_run=true"], cwd=work, env=env, capture_output=True, text=True, check=True)
             reqs = [p["submit_job"] for p in json.loads(dry.stdout)]
             ray_env = dict(env, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=rec["token_path"])

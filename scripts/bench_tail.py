@@ -245,12 +245,12 @@ def main() -> int:
     try:
         with benchlib.private_netns():
             from rayjobs.client import embedded
-            from rayjobs.client import dashboard
+            from rayjobs.client.dashboard import Dashboard
 
             target = embedded.ensure(quiet=True)
             _TOKEN.append(embedded.token_file())
             try:
-                client = dashboard.client(target)
+                client = Dashboard(target).sdk
                 print("latency ...", file=sys.stderr)
                 lat = latency(target, client, wd, args.lines)
                 print(lat, file=sys.stderr)

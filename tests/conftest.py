@@ -67,9 +67,9 @@ def cluster() -> Any:
 
 @pytest.fixture(scope="session")
 def client(cluster: Any) -> Any:
-    from rayjobs.client import dashboard
+    from rayjobs.client.dashboard import Dashboard
 
-    return dashboard.client(cluster)
+    return Dashboard(cluster).sdk  # Ray's own SDK: what the tests check the cluster with
 
 
 @pytest.fixture

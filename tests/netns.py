@@ -44,7 +44,7 @@ def pids(name: str) -> list[int]:
 
 def destroy(name: str, exclude: Optional[set[int]] = None, timeout: float = 10.0) -> None:
     """Stop every process we started in ``name`` (by PID), then delete the namespace."""
-    from rayjobs.client.embedded import terminate
+    from rayjobs.client.headprocs import terminate
 
     exclude = exclude or set()
     terminate(lambda: [p for p in pids(name) if p not in exclude], timeout)

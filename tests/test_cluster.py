@@ -111,7 +111,7 @@ def no_connect(home: Path, monkeypatch: pytest.MonkeyPatch) -> list:
     from rayjobs.provision import tunnel
 
     monkeypatch.setattr(tunnel, "connect", lambda name, out=None: seen.append(name) or {"name": name})
-    monkeypatch.setattr(tunnel, "_remote_state", lambda name: (_ for _ in ()).throw(rcl.ClusterError("none")))
+    monkeypatch.setattr(tunnel, "remote_state", lambda name: (_ for _ in ()).throw(rcl.ClusterError("none")))
     return seen
 
 

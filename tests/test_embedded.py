@@ -26,7 +26,7 @@ import pytest
 from conftest import rayjobs_cli, rayjobs_submit, wait_terminal
 
 from rayjobs.client import embedded
-from rayjobs.client import dashboard
+from rayjobs.client.dashboard import Dashboard
 
 MARK = "rje-driver-marker"
 #: Runs `rayjobs local start` as a child subreaper (orphans are reparented to it, not to init, so
@@ -134,10 +134,10 @@ def test_stop_leaves_no_process_and_a_start_at_once_runs_jobs(home, workdir):
         old_id = sub.stdout.strip()
         rec = _record(home)
         assert out.strip() == rec["dashboard"]
-        client = dashboard.client(embedded.target(rec))
+        client = Dashboard(embedded.target(rec)).sdk
         # A running job: Ray starts its driver in a session of its own, under a worker.
         sleeper = f"python3 -c 'import time; print(\"{MARK}\", flush=True); time.sleep(600)'"
-        job = dashboard.submit(client, {"entrypoint": sleeper})
+        job = client.submit_job(entrypoint=sleeper)
         _wait_running(client, job)
         deadline = time.monotonic() + 30
         while not any(MARK in _cmdline(p) for p in head.pids()):
@@ -162,8 +162,8 @@ def test_stop_leaves_no_process_and_a_start_at_once_runs_jobs(home, workdir):
 
     r = rayjobs_cli("local", "start", env=env)  # at once
     assert r.returncode == 0, r.stderr
-    client = dashboard.client(embedded.target(_record(home)))
-    job = dashboard.submit(client, {"entrypoint": "python3 -c \"print('second head ok')\""})
+    client = Dashboard(embedded.target(_record(home))).sdk
+    job = client.submit_job(entrypoint="python3 -c \"print('second head ok')\"")
     assert wait_terminal(client, job, timeout=60) == "SUCCEEDED", client.get_job_logs(job)
     assert "second head ok" in client.get_job_logs(job)
     # The new head's job table has never seen the old job: status and list fall back to the record.

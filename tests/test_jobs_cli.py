@@ -111,10 +111,8 @@ def test_status_and_logs(done):
 
 
 def test_plot_a_sweep(done, tmp_path):
-    from rayjobs.client import dashboard
     from rayjobs.views import plot
-    from rayjobs.views.jobtail import connect
-    from rayjobs.client.logstream import Dashboard
+    from rayjobs.client.connection import connect
 
     sid, ids = done
     png = tmp_path / "curves.png"
@@ -131,11 +129,11 @@ def test_plot_a_sweep(done, tmp_path):
         assert j["series"]["val-core/openai/gsm8k/reward/mean@1"] == [[5, pytest.approx(0.9)]]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     # where the metrics files are not readable (a remote cluster), the same data comes from the log
-    target, c = connect()
-    remote = [j for j in dashboard.list_jobs(c) if j.submission_id in ids]
+    d = connect()
+    remote = [j for j in d.list_jobs() if j.submission_id in ids]
     for j in remote:
         j.metadata = {k: v for k, v in j.metadata.items() if k != "run_dir"}
-    from_log = plot.collect(Dashboard(target), sorted(remote, key=lambda j: ids.index(j.submission_id)))
+    from_log = plot.collect(d, sorted(remote, key=lambda j: ids.index(j.submission_id)))
     assert [j["source"] for j in from_log["jobs"]] == ["log", "log"]
     assert [j["series"] for j in from_log["jobs"]] == [j["series"] for j in data["jobs"]]
     # one job by id, a chosen metric
@@ -149,13 +147,13 @@ def test_plot_a_sweep(done, tmp_path):
 
 def test_queued_overlay_shows_in_list_and_status(done, cluster, client, monkeypatch):
     from rayjobs.views import jobrows
-    from rayjobs.client import dashboard
     from rayjobs.views import queuestatus
-    from rayjobs.client.logstream import Dashboard
+    from rayjobs.client.dashboard import Dashboard
 
     sid, ids = done
     monkeypatch.setattr(queuestatus, "overlay", lambda c, js: {ids[1]: {"status": "QUEUED", "queue_position": 2}})
-    rows = jobrows.rows(jobrows.select(dashboard.list_jobs(client), sweep=sid), client, Dashboard(cluster), progress=False)
+    d = Dashboard(cluster)
+    rows = jobrows.rows(jobrows.select(d.list_jobs(), sweep=sid), d, progress=False)
     by = {r["id"]: r for r in rows}
     assert by[ids[1]]["status"] == "QUEUED" and by[ids[1]]["queue_position"] == 2 and by[ids[1]]["attempt"] == 0
     assert by[ids[0]]["status"] == "SUCCEEDED" and by[ids[0]]["queue_position"] is None

@@ -20,7 +20,7 @@ import pytest
 from conftest import job_list, rayjobs_submit
 
 from rayjobs.submit import compose
-from rayjobs.preflight import clusterfiles
+from rayjobs.preflight import clusterfiles, secretnames
 from rayjobs.preflight import checks
 from rayjobs.preflight import verlcheck
 from rayjobs.preflight import rules
@@ -180,7 +180,7 @@ def test_both_presets_pass(workdir, store, monkeypatch):
         if HAVE_VERL:
             assert checks.last_timing["verl_s"] > 0  # verl's own validation ran on it
         cfg = prepared[0].composed.cfg
-        assert not rules.config_problems(cfg) and not clusterfiles.secret_problems(cfg, {"WANDB_API_KEY"})
+        assert not rules.config_problems(cfg) and not secretnames.secret_problems(cfg, {"WANDB_API_KEY"})
 
 
 def test_local_critic_model_dir_passes(workdir, store):
@@ -219,18 +219,32 @@ def test_remote_cluster_record_secrets_and_paths(workdir, store, tmp_path):
 
 
 # --------------------------------------------------------------------------- live-cluster checks (stub dashboard)
-class StubClient:
-    def __init__(self, ray_version: str, nodes: list[tuple[float, float, float, float]]):
-        self.ray_version = ray_version
-        self.nodes = nodes  # (gpu used, gpu total, cpu used, cpu total)
+class StubDashboard:
+    """A narrow stand-in for rayjobs.client.dashboard.Dashboard: the calls livecluster makes.
 
-    def _do_request(self, method: str, path: str):
-        if path.startswith("/api/version"):
-            data = {"ray_version": self.ray_version}
-        else:
-            usage = {f"n{i}": {"GPU": [gu, gt], "CPU": [cu, ct]} for i, (gu, gt, cu, ct) in enumerate(self.nodes)}
-            data = {"data": {"clusterStatus": {"loadMetricsReport": {"usageByNode": usage}}}}
-        return SimpleNamespace(status_code=200, json=lambda: data)
+    ``use``: per node (gpu used, gpu total, cpu used, cpu total), as /api/cluster_status says;
+    ``alive``: per node (gpus, cpus), as the state API's node list says (default: the same nodes).
+    """
+
+    def __init__(self, ray_version: str, use: list[tuple[float, float, float, float]],
+                 alive: list[tuple[float, float]] | None = None, source: str = "embedded"):
+        self.ray_version, self.use = ray_version, use
+        self.alive = alive if alive is not None else [(gt, ct) for _, gt, _, ct in use]
+        self.address = "http://h:8265"
+        self.target = SimpleNamespace(embedded=False, source=source)
+        self.asked: list[str] = []
+
+    def version(self):
+        return {"ray_version": self.ray_version}
+
+    def resource_use(self):
+        self.asked.append("use")
+        return {f"n{i}": {"GPU": [gu, gt], "CPU": [cu, ct]} for i, (gu, gt, cu, ct) in enumerate(self.use)}
+
+    def nodes(self):
+        self.asked.append("nodes")
+        return [{"node_id": f"n{i}", "state": "ALIVE", "resources_total": {"GPU": g, "CPU": c}}
+                for i, (g, c) in enumerate(self.alive)]
 
 
 def _prepared(*overrides: str):
@@ -241,49 +255,37 @@ def _prepared(*overrides: str):
                                                                      working_dir=os.getcwd())))]
 
 
-def test_cluster_fit_queue_wait_is_a_note_never_a_refusal(workdir, capsys):
-    """Preflight only notes a queue wait; "can never fit" is the queue's refusal in pipeline.send
-    (tests/test_queue*.py, on a real cluster), because /api/cluster_status lags joining nodes."""
-    target = SimpleNamespace(embedded=False, source="embedded")
+def test_cluster_fit_waits_are_notes_and_never_fitting_is_refused(workdir, capsys):
     two_nodes = [(0, 2, 0, 8), (2, 2, 6, 8)]  # one node busy
-    checks.check_cluster(StubClient("2.60.0", two_nodes), _prepared("trainer.n_gpus_per_node=2"), target)
+    d = StubDashboard("2.60.0", two_nodes)
+    checks.check_cluster(d, _prepared("trainer.n_gpus_per_node=2"))
+    assert d.asked == ["use"]  # the cluster's state is read once per submit
     # 2 x 2 fits the cluster, but not while one node is busy: a queue wait, not an error.
-    checks.check_cluster(StubClient("2.60.0", two_nodes), _prepared("trainer.n_gpus_per_node=2", "trainer.nnodes=2"), target)
+    checks.check_cluster(StubDashboard("2.60.0", two_nodes), _prepared("trainer.n_gpus_per_node=2", "trainer.nnodes=2"))
     assert "do not fit the free capacity now and wait in the queue" in capsys.readouterr().err
-    # A stale view that shows too few GPUs never refuses here.
-    checks.check_cluster(StubClient("2.60.0", two_nodes), _prepared("trainer.n_gpus_per_node=4"), target)
+    # 4 GPUs on one node: no node has them. Refused in one line, nothing submitted.
+    with pytest.raises(checks.ConfigError) as e:
+        checks.check_cluster(StubDashboard("2.60.0", two_nodes), _prepared("trainer.n_gpus_per_node=4"))
+    assert "\n" not in str(e.value) and "can never run on the cluster at http://h:8265" in str(e.value)
+    # The resource view lags a node that just joined: the state API's node list has it, so no refusal.
+    d = StubDashboard("2.60.0", two_nodes, alive=[(2, 8), (2, 8), (4, 16)])
+    checks.check_cluster(d, _prepared("trainer.n_gpus_per_node=4"))
+    assert d.asked == ["use", "nodes"]
+
+
+def test_cluster_without_gpus_is_not_enforced(workdir, capsys):
+    checks.check_cluster(StubDashboard("2.60.0", [(0, 0, 0, 2)]), _prepared("trainer.n_gpus_per_node=4"))
+    assert "the cluster has no GPUs; the jobs' GPU demand is not enforced" in capsys.readouterr().err
 
 
 def test_cluster_ray_version_mismatch(workdir):
-    target = SimpleNamespace(embedded=False, source="embedded")
     with pytest.raises(checks.ConfigError, match=r"^ray='1\.13\.0': the cluster runs Ray 1\.13\.0, this client Ray .*; fix: pip install"):
-        checks.check_cluster(StubClient("1.13.0", [(0, 2, 0, 8)]), _prepared(), target)
+        checks.check_cluster(StubDashboard("1.13.0", [(0, 2, 0, 8)]), _prepared())
 
 
 def test_cluster_verl_version_mismatch(workdir, monkeypatch):
     from rayjobs import settings
 
     monkeypatch.setattr(settings, "remembered_cluster", lambda: {"verl": "0.8.0", "secrets": ["WANDB_API_KEY"]})
-    target = SimpleNamespace(embedded=False, source="cluster c1")
     with pytest.raises(checks.ConfigError, match=r"verl='0\.8\.0': the cluster runs verl 0\.8\.0 but the config was composed .* against verl 0\.9\.1"):
-        checks.check_cluster(StubClient("2.60.0", [(0, 2, 0, 8)]), _prepared(), target)
-
-
-def test_fits_is_per_node():
-    assert checks.fits([2, 2], [{"GPU": 2, "CPU": 6}, {"GPU": 2, "CPU": 6}])
-    assert not checks.fits([2], [{"GPU": 1, "CPU": 6}, {"GPU": 1, "CPU": 6}])  # fragmented
-    assert checks.fits([1, 1], [{"GPU": 2, "CPU": 6}])  # node-groups may share a node
-
-
-@pytest.mark.skipif(not HAVE_VERL, reason="verl not importable here")
-def test_cluster_side_check_of_a_jobs_overrides(store):
-    """What the runner can run on the head: verl's validation + file checks, from the job's verl overrides."""
-    r = subprocess.run([sys.executable, "-m", "rayjobs.preflight.verlcheck", "check", "--", "algorithm.adv_estimator=grpo",
-                        "actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
-                        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2", "actor_rollout_ref.actor.ppo_mini_batch_size=16",
-                        "data.train_batch_size=64", "actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B-Instruct",
-                        "actor_rollout_ref.actor.loss_agg_mode=bogus", f"data.train_files={store}/data/missing.parquet",
-                        f"data.val_files={store}/data/gsm8k/test.parquet", "trainer.logger=[console]"],
-                       capture_output=True, text=True, timeout=240, env=dict(os.environ, HF_HUB_OFFLINE="1"))
-    assert r.returncode == 2, r.stderr
-    assert "Invalid loss_agg_mode: bogus" in r.stderr and "missing.parquet': no such file" in r.stderr
+        checks.check_cluster(StubDashboard("2.60.0", [(0, 2, 0, 8)], source="cluster c1"), _prepared())

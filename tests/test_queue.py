@@ -65,10 +65,11 @@ def wait_until(pred: Any, timeout: float, what: str, every: float = 0.5) -> Any:
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
-def queued(client: Any) -> dict[str, int]:
+def queued(cluster: FakeGpuCluster) -> dict[str, int]:
     from rayjobs.views import queuestatus
 
-    return {k: v["queue_position"] for k, v in queuestatus.overlay(client, client.list_jobs()).items() if v["status"] == "QUEUED"}
+    d = cluster.dashboard()
+    return {k: v["queue_position"] for k, v in queuestatus.overlay(d, d.list_jobs()).items() if v["status"] == "QUEUED"}
 
 
 def test_sweep_of_3x_the_cluster_all_succeed(gpu_cluster, gclient, workdir):
@@ -79,7 +80,7 @@ def test_sweep_of_3x_the_cluster_all_succeed(gpu_cluster, gclient, workdir):
     assert r.returncode == 0, r.stderr
     ids = r.stdout.split()
     assert len(ids) == 6
-    seen_queued = wait_until(lambda: queued(gclient), 90, "a QUEUED job with a position")
+    seen_queued = wait_until(lambda: queued(gpu_cluster), 90, "a QUEUED job with a position")
     assert min(seen_queued.values()) == 1
     statuses = {i: wait_terminal(gclient, i, timeout=240) for i in ids}
     logs = {i: gclient.get_job_logs(i) for i in ids}
@@ -107,17 +108,17 @@ def test_order_priority_stop_and_actor_restart(gpu_cluster, gclient, workdir):
     d = job("rayjobs.priority=10")  # later, but higher priority: starts first
     e = job()  # stopped while queued: never starts
     want = {d: 1, b: 2, c: 3, e: 4}
-    wait_until(lambda: queued(gclient) == want, 120, f"positions {want}")
+    wait_until(lambda: queued(gpu_cluster) == want, 120, f"positions {want}")
 
     assert gclient.stop_job(e)
     assert wait_terminal(gclient, e, timeout=60) == "STOPPED"
-    wait_until(lambda: queued(gclient) == {d: 1, b: 2, c: 3}, 30, "the stopped job to leave the queue")
+    wait_until(lambda: queued(gpu_cluster) == {d: 1, b: 2, c: 3}, 30, "the stopped job to leave the queue")
 
     # the queue actor crashes and restarts: waiting runners re-register, the order survives
     kill = gclient.submit_job(entrypoint="python3 -c \"import ray; ray.init(namespace='rayjobs'); "
                                          "ray.kill(ray.get_actor('queue'), no_restart=False)\"")
     assert wait_terminal(gclient, kill, timeout=90) == "SUCCEEDED", gclient.get_job_logs(kill)
-    wait_until(lambda: queued(gclient) == {d: 1, b: 2, c: 3}, 60, "the queue to be rebuilt after the restart")
+    wait_until(lambda: queued(gpu_cluster) == {d: 1, b: 2, c: 3}, 60, "the queue to be rebuilt after the restart")
 
     gclient.stop_job(blocker)
     for sid in (d, b, c):

@@ -79,23 +79,6 @@ def test_order_priority_then_submission_then_sweep_point():
     assert [r.id for r in sorted(reqs, key=lambda r: r.key())] == ["late-high", "early", "a", "s-0", "s-1"]
 
 
-def test_refuse_never_fitting_is_one_line_and_skips_cpu_clusters(monkeypatch, capsys):
-    from rayjobs.errors import ConfigError
-
-    def prepared(groups):
-        return [SimpleNamespace(spec=SimpleNamespace(submission_id="job-1", metadata={"gpu_groups": json.dumps(groups)}))]
-
-    rows = [{"node_id": n, "state": "ALIVE", "resources_total": {"GPU": 2.0, "CPU": 6.0}} for n in "ab"]
-    monkeypatch.setattr(queuestatus, "cluster_nodes", lambda client: rows)
-    queuestatus.refuse_never_fitting(None, prepared([2, 2]))  # fits: no error
-    with pytest.raises(ConfigError) as e:
-        queuestatus.refuse_never_fitting(None, prepared([4]), "http://h:8265")
-    assert "\n" not in str(e.value) and "job-1 can never run on the cluster at http://h:8265" in str(e.value)
-    monkeypatch.setattr(queuestatus, "cluster_nodes", lambda client: [{"node_id": "a", "state": "ALIVE", "resources_total": {"CPU": 2.0}}])
-    queuestatus.refuse_never_fitting(None, prepared([4]))  # a CPU-only dev cluster: not enforced, a note
-    assert "no GPUs" in capsys.readouterr().err
-
-
 def test_overlay_reports_only_live_queued_jobs(monkeypatch):
     doc = {"queue": [{"id": "j2", "position": 1}, {"id": "j3", "position": 2}, {"id": "gone", "position": 3}]}
     monkeypatch.setattr(queuestatus, "read_status", lambda client: doc)

@@ -20,7 +20,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from rayjobs.client import embedded
+from rayjobs.client import embedded, headprocs
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -36,7 +36,7 @@ class FakeGpuCluster:
 
     def __init__(self, root: Path, nodes: Sequence[tuple[int, int]] = ((2, 6), (2, 6)),
                  env: Optional[dict[str, str]] = None, worker_port_base: int = 30000) -> None:
-        from rayjobs.client.embedded import HEAD_ENV
+        from rayjobs.shared import HEAD_ENV
 
         self.root = Path(root)
         self.nodes = list(nodes)
@@ -120,14 +120,20 @@ class FakeGpuCluster:
 
     def pids(self) -> list[int]:
         """Every process of this cluster (their command lines name its temp dir or GCS address)."""
-        return embedded.pids_naming(*(str(self.root / f"ray{i}") for i in range(len(self.nodes))),
+        return headprocs.pids_naming(*(str(self.root / f"ray{i}") for i in range(len(self.nodes))),
                                     f"127.0.0.1:{self.gcs_port}", f"--gcs-address={self.gcs}", f"--address={self.gcs}")
 
     def stop(self, timeout: float = 20.0) -> None:
         """SIGTERM then SIGKILL every PID of this cluster (never the `ray` CLI's stop)."""
-        embedded.terminate(self.pids, timeout, poll=0.2)
+        headprocs.terminate(self.pids, timeout, poll=0.2)
+
+    def dashboard(self) -> Any:
+        """rayjobs' client of this cluster (no token: the test cluster runs without auth)."""
+        from rayjobs.client.dashboard import Dashboard
+        from rayjobs.settings import Target
+
+        return Dashboard(Target(self.address, "test cluster"))
 
     def client(self) -> Any:
-        from ray.job_submission import JobSubmissionClient
-
-        return JobSubmissionClient(self.address)
+        """Ray's own Jobs SDK client, what the tests check the cluster with."""
+        return self.dashboard().sdk

@@ -164,7 +164,7 @@ def restart_dashboard(pause: float = 1.0) -> float:
     raylet only restarts the per-node agent), so we reuse the killed process's own command
     line, environment and cwd from /proc. Returns the seconds until it answered again.
     """
-    from rayjobs.client import embedded
+    from rayjobs.client import embedded, headprocs
 
     rec = _head()
     pid = _dashboard_pid(rec["temp_dir"])
@@ -189,7 +189,7 @@ def restart_dashboard(pause: float = 1.0) -> float:
         except Exception:
             time.sleep(0.2)
     # keep the head's record exact, so stopping it later kills only its own processes
-    rec["pids"] = embedded._session_pids(Path(rec["temp_dir"]))
+    rec["pids"] = headprocs.head_pids(rec)
     (Path(os.environ["RAYJOBS_HOME"]) / "local" / "head.json").write_text(json.dumps(rec, indent=2))
     return time.monotonic() - t0
 

@@ -15,6 +15,7 @@ import click
 
 from rayjobs.cli.group import main
 from rayjobs.errors import run_cli
+from rayjobs.shared import TERMINAL
 
 ADDRESS = click.option("--address", default=None, metavar="URL",
                        help="Ray dashboard address (default: RAY_API_SERVER_ADDRESS, RAY_ADDRESS, the connected cluster, or the embedded local one).")
@@ -24,13 +25,11 @@ def _say(msg: str) -> None:
     click.echo(f"rayjobs: {msg}", err=True)
 
 
-def _open(address: Optional[str]) -> tuple[Any, Any, Any]:
-    """(target, Jobs SDK client, Dashboard) for ``address``."""
-    from rayjobs.views.jobtail import connect
-    from rayjobs.client.logstream import Dashboard
+def _open(address: Optional[str]) -> Any:
+    """The :class:`~rayjobs.client.dashboard.Dashboard` for ``address`` (the settings' if None)."""
+    from rayjobs.client.connection import connect
 
-    target, c = connect(address)
-    return target, c, Dashboard(target)
+    return connect(address)
 
 
 def _exit(code: int) -> None:
@@ -71,11 +70,9 @@ def tail_cmd(job_id: str, plain: bool, lines: Optional[int], address: Optional[s
 
     def go() -> int:
         from rayjobs.views import jobtail
-        from rayjobs.client import dashboard
 
-        target, c = jobtail.connect(address)
-        full = dashboard.resolve_id(c, job_id)
-        return jobtail.tail(target, full, live=False if plain else None, lines=-1 if lines is None else lines)
+        d = _open(address)
+        return jobtail.tail(d, d.resolve_id(job_id), live=False if plain else None, lines=-1 if lines is None else lines)
 
     _exit(run_cli(_pipe_safe(go)))
 
@@ -89,17 +86,16 @@ def logs_cmd(job_id: str, lines: Optional[int], follow: bool, address: Optional[
     """Print a job's log (plain text, no ANSI codes unless stdout is a terminal)."""
 
     def go() -> int:
-        from rayjobs.client import dashboard
         from rayjobs.views import logparse
         from rayjobs.views import jobtail as fol
-        from rayjobs.client.logstream import DashboardDown
+        from rayjobs.client.dashboard import DashboardDown
 
-        target, c, dash = _open(address)
-        full = dashboard.resolve_id(c, job_id)
+        d = _open(address)
+        full = d.resolve_id(job_id)
         if follow:
-            return fol.tail(target, full, live=False)
+            return fol.tail(d, full, live=False)
         raw = sys.stdout.isatty()
-        info = dashboard.info(c, full)
+        info = d.info(full)
         node = getattr(info, "driver_node_id", None)
         if not node:
             _say(f"{full} is {info.status}: it has no log yet")
@@ -107,14 +103,14 @@ def logs_cmd(job_id: str, lines: Optional[int], follow: bool, address: Optional[
         out = sys.stdout
         split = logparse.LineSplitter()
         try:
-            for chunk in dash.iter_log(full, node, lines if lines is not None else -1):
+            for chunk in d.iter_log(full, node, lines if lines is not None else -1):
                 if raw:
                     out.buffer.write(chunk)
                 else:
                     out.write(logparse.clean_block(split.feed_text(chunk)))
             out.write("".join(logparse.clean(x) + "\n" for x in split.flush()))
         except DashboardDown:
-            text = dashboard.logs(c, full)  # the Jobs API reads the same file another way
+            text = d.logs(full)  # the Jobs API reads the same file another way
             if lines is not None:
                 text = "\n".join(text.splitlines()[-lines:]) + "\n" if lines > 0 else ""
             out.write(text if raw else logparse.clean_block(text))
@@ -138,19 +134,18 @@ def status_cmd(job_id: str, as_json: bool, address: Optional[str]) -> None:
     """Show one job: status, attempt, progress, latest metrics, W&B run."""
 
     def go() -> int:
-        from rayjobs.client import dashboard
-        from rayjobs.views import jobrows
         from rayjobs.errors import NoSuchJob
+        from rayjobs.views import jobrows, queuestatus
 
-        target, c, dash = _open(address)
+        d = _open(address)
         try:
-            full = dashboard.resolve_id(c, job_id)
+            full = d.resolve_id(job_id)
         except NoSuchJob:  # not several: one that the cluster does not know (any more)
-            row = _from_record(job_id, target.key)
+            row = _from_record(job_id, d.target.key)
         else:
-            info = dashboard.info(c, full)
-            over = jobrows.queue_overlay(c, [info]).get(full)
-            row = jobrows.add_progress(jobrows.base_row(info, over), info, dash, lines=2000, head_scan=True)
+            info = d.info(full)
+            over = queuestatus.overlay(d, [info]).get(full)
+            row = jobrows.add_progress(jobrows.base_row(info, over), info, d, lines=2000, head_scan=True)
             if row["attempt"] is None:
                 row["attempt"] = 0 if row["status"] in ("PENDING", "QUEUED") else 1
         if as_json:
@@ -189,14 +184,13 @@ def list_cmd(sweep: Optional[str], statuses: tuple[str, ...], experiment: Option
     """List jobs (oldest first): id, experiment, overrides, status, attempt, GPUs, age, step, score."""
 
     def go() -> int:
-        from rayjobs.client import dashboard
         from rayjobs.views import jobrows
         from rayjobs.errors import JobNotFound
 
         wanted = jobrows.parse_statuses(statuses)
-        target, c, dash = _open(address)
-        all_jobs = dashboard.list_jobs(c)
-        records = jobrows.missing_records((jobrows.field(j, "submission_id") for j in all_jobs), target.key, sweep)
+        d = _open(address)
+        all_jobs = d.list_jobs()
+        records = jobrows.missing_records((jobrows.field(j, "submission_id") for j in all_jobs), d.target.key, sweep)
         try:
             chosen = jobrows.select(all_jobs, sweep=sweep, experiment=experiment, include_all=include_all)
         except JobNotFound:
@@ -207,7 +201,7 @@ def list_cmd(sweep: Optional[str], statuses: tuple[str, ...], experiment: Option
             records = [r for r in records if r["experiment"] == experiment]
         if experiment and not chosen and not records:
             _check_experiment(experiment, all_jobs)
-        rows = jobrows.rows(chosen, c, dash) + records
+        rows = jobrows.rows(chosen, d) + records
         if wanted:
             rows = [r for r in rows if r["status"] in wanted]
         if as_json:
@@ -312,25 +306,24 @@ def stop_cmd(job_ids: tuple[str, ...], sweep: Optional[str], wait_s: float, addr
     """
 
     def go() -> int:
-        from rayjobs.client import dashboard
         from rayjobs.views import jobrows
         from rayjobs.errors import ConfigError
 
         if not job_ids and not sweep:
             raise ConfigError("name the jobs to stop: rayjobs stop ID... or rayjobs stop --sweep S")
-        _, c, _ = _open(address)
-        all_jobs = dashboard.list_jobs(c)
-        ids = [dashboard.resolve_id(c, j, all_jobs) for j in job_ids]
+        d = _open(address)
+        all_jobs = d.list_jobs()
+        ids = [d.resolve_id(j, all_jobs) for j in job_ids]
         if sweep:
             ids += [jobrows.field(j, "submission_id") for j in jobrows.select(all_jobs, sweep=sweep)]
         ids = list(dict.fromkeys(ids))
         status = {jobrows.field(j, "submission_id"): jobrows.status_of(j) for j in all_jobs}
         asked = []
         for i in ids:
-            if status.get(i) in jobrows.TERMINAL:
+            if status.get(i) in TERMINAL:
                 _say(f"{i} already {status[i]}")
                 continue
-            dashboard.stop(c, i)
+            d.stop(i)
             asked.append(i)
         if asked:
             _say(f"asked {len(asked)} job(s) to stop; the trainer gets a grace period to save a checkpoint")
@@ -339,10 +332,10 @@ def stop_cmd(job_ids: tuple[str, ...], sweep: Optional[str], wait_s: float, addr
         while pending and time.monotonic() < deadline:
             for i in list(pending):
                 try:
-                    status[i] = str(dashboard.info(c, i).status)
+                    status[i] = str(d.info(i).status)
                 except Exception:
                     continue
-                if status[i] in jobrows.TERMINAL:
+                if status[i] in TERMINAL:
                     pending.discard(i)
             if pending:
                 time.sleep(0.5)
@@ -373,7 +366,6 @@ def plot_cmd(job_ids: tuple[str, ...], sweep: Optional[str], metric_names: tuple
     """One PNG: a curve per job over steps (legend: sweep overrides), plus val-core metrics."""
 
     def go() -> int:
-        from rayjobs.client import dashboard
         from rayjobs.views import jobrows
         from rayjobs.views import plot
         from rayjobs.errors import ConfigError
@@ -382,14 +374,14 @@ def plot_cmd(job_ids: tuple[str, ...], sweep: Optional[str], metric_names: tuple
             raise ConfigError("name the jobs to plot: rayjobs plot ID... or rayjobs plot --sweep S")
         if not output.lower().endswith(".png"):
             raise ConfigError(f"-o {output}: give a .png file name")
-        _, c, dash = _open(address)
-        all_jobs = dashboard.list_jobs(c)
+        d = _open(address)
+        all_jobs = d.list_jobs()
         by_id = {jobrows.field(j, "submission_id"): j for j in all_jobs}
-        chosen = [by_id[dashboard.resolve_id(c, j, all_jobs)] for j in job_ids]
+        chosen = [by_id[d.resolve_id(j, all_jobs)] for j in job_ids]
         if sweep:
             chosen += sorted(jobrows.select(all_jobs, sweep=sweep), key=jobrows.order)
         chosen = list({jobrows.field(j, "submission_id"): j for j in chosen}.values())
-        data = plot.collect(dash, chosen, list(metric_names) or None, val=not no_val)
+        data = plot.collect(d, chosen, list(metric_names) or None, val=not no_val)
         title = f"sweep {sweep}" if sweep else None
         plot.render(data, output, title=title)
         if as_json:

@@ -1,174 +1,287 @@
-"""The one place that talks to Ray's Jobs SDK (``ray.job_submission``) and translates its errors.
+"""The one client of a Ray cluster's dashboard: Ray's Jobs SDK plus the few dashboard GETs it lacks.
 
-Ray raises bare ``RuntimeError``/``ConnectionError`` with multi-line text; every function here
-turns them into one-line :class:`~rayjobs.errors.RayjobsError` messages that name the address
-and say what to run next.
+This is the only module that imports ``ray.job_submission``, and it uses the SDK's public methods
+only. What the SDK has no call for (the Ray version with its session name, the nodes, the cluster's
+resource use, a job's details as JSON, log files and the log stream) is one typed GET each here, on
+the same address with the same bearer token. Every call is bounded in time, and every failure is a
+one-line :class:`~rayjobs.errors.RayjobsError` that names the address and what to run next (Ray's
+own errors are bare ``RuntimeError``/``ConnectionError`` with multi-line text).
+
+:func:`rayjobs.client.connection.connect` turns an address into a :class:`Dashboard`.
 """
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Optional
 
-import logging
-
-from rayjobs.errors import ClusterUnreachable, ConfigError, JobNotFound, SubmitError
+from rayjobs.errors import ClusterUnreachable, ConfigError, JobNotFound, NoSuchJob, RayjobsError, SubmitError, did_you_mean
 from rayjobs.settings import Target
 from rayjobs.shared import RUNNER_OF
 
-TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
-_QUIET = logging.getLogger("rayjobs.quiet")
-_QUIET.setLevel(logging.CRITICAL)
+if TYPE_CHECKING:  # the SDK's types, for annotations only (importing Ray costs ~0.4 s)
+    from ray.job_submission import JobDetails, JobSubmissionClient
+
+#: The dashboard's log API: a job's driver log, or any file of a node's log dir.
+LOG_FILE = "/api/v0/logs/file"
+#: The same, followed: the agent re-reads the file every ``interval`` seconds over one connection.
+LOG_STREAM = "/api/v0/logs/stream"
 
 
-def client(target: Target) -> Any:
-    """A ``JobSubmissionClient`` for ``target`` (the token goes in a header, never in a file)."""
-    from ray.job_submission import JobSubmissionClient
+def warm_up() -> None:
+    """Import the Jobs SDK now (~0.4 s), e.g. in a thread while the submit's checks run."""
+    import ray.job_submission  # noqa: F401
 
-    headers = {"Authorization": f"Bearer {target.token}"} if target.token else None
-    try:
-        return JobSubmissionClient(target.address, headers=headers)
-    except Exception as e:  # ConnectionError, RuntimeError, ValueError -- all "can't reach it"
-        raise ClusterUnreachable(unreachable_message(target, e)) from e
+
+class DashboardDown(RayjobsError):
+    """The dashboard did not answer (restarting, tunnel down); callers usually retry."""
+
+
+def short_reason(e: BaseException) -> str:
+    """A few words for an exception (requests' messages run to several hundred characters)."""
+    text = " ".join(str(e).split())
+    low = text.lower()
+    for needle, words in (("refused", "connection refused"), ("reset", "connection reset"),
+                          ("ended prematurely", "connection closed"), ("timed out", "timed out"),
+                          ("name or service", "unknown host"), ("broken pipe", "connection closed")):
+        if needle in low:
+            return words
+    return text[:160] or type(e).__name__
+
+
+def _one_line(e: BaseException, limit: int = 300) -> str:
+    return " ".join(str(e).split())[:limit]
+
+
+def refused_message(address: Optional[str], code: Any = "401/403") -> str:
+    """The one line for a request the cluster refused for want of the right token."""
+    return (f"the Ray cluster at {address} refused the request (HTTP {code}: auth token missing or wrong): "
+            f"set RAY_AUTH_TOKEN or run `rayjobs connect`")
 
 
 def unreachable_message(target: Target, e: BaseException) -> str:
-    hint = (
-        "start the tunnel with `rayjobs connect`"
-        if target.source.startswith("cluster")
-        else "check the address, or unset RAY_ADDRESS/RAY_API_SERVER_ADDRESS to use the embedded local cluster"
-    )
+    """The one line for a dashboard that does not answer (or refuses us)."""
     if "401" in str(e) or "403" in str(e) or "nauthor" in str(e):
-        return f"the Ray cluster at {target.address} refused the request (auth token missing or wrong): set RAY_AUTH_TOKEN or run `rayjobs connect`"
+        return refused_message(target.address)
+    hint = ("start the tunnel with `rayjobs connect`" if target.source.startswith("cluster")
+            else "check the address, or unset RAY_ADDRESS/RAY_API_SERVER_ADDRESS to use the embedded local cluster")
     return f"cannot reach a Ray dashboard at {target.address} (from {target.source}): {hint}"
 
 
-def submit(c: Any, kwargs: dict[str, Any]) -> str:
-    """Submit one job (``kwargs`` from :meth:`JobSpec.submit_kwargs`); returns its id."""
-    try:
-        return c.submit_job(**kwargs)
-    except Exception as e:
-        msg = " ".join(str(e).split())
-        if "already exists" in msg:
-            raise SubmitError(f"a job with id {kwargs.get('submission_id')} already exists on the cluster; resubmit to get a new id") from e
-        if "exceeds the maximum" in msg or "too large" in msg.lower() or "EntityTooLarge" in msg:
-            raise ConfigError("the working_dir upload was refused as too large: exclude big files (rayjobs.excludes or .gitignore)") from e
-        raise SubmitError(f"the cluster refused the job: {msg[:300]}") from e
+class Dashboard:
+    """A Ray cluster's dashboard: its Jobs API (through the SDK) and its read-only HTTP API.
 
-
-def info(c: Any, job_id: str) -> Any:
-    """``JobDetails`` for a full id."""
-    try:
-        return c.get_job_info(job_id)
-    except Exception as e:
-        if "does not exist" in str(e) or "404" in str(e) or "not found" in str(e).lower():
-            raise JobNotFound(f"no job {job_id!r} on the cluster; `rayjobs list` shows the ids") from e
-        raise SubmitError(f"could not read job {job_id}: {' '.join(str(e).split())[:300]}") from e
-
-
-def list_jobs(c: Any) -> list[Any]:
-    """All jobs on the cluster (Ray has no filter; callers filter), less rayjobs' runner drivers.
-
-    Each rayjobs job's runner connects to Ray for the queue as a driver of its own, which Ray lists
-    as a separate DRIVER job (tagged ``rayjobs_runner_of``; see :func:`rayjobs.oncluster.admission.connect`);
-    counted, two jobs showed as "4 SUCCEEDED". Other drivers (a user's ``ray.init``) stay listed.
+    Args:
+        target: where the dashboard is and the token to send (:class:`~rayjobs.settings.Target`).
+        timeout: seconds any one request may take to answer (the log stream excepted).
     """
-    try:
-        found = list(c.list_jobs())
-    except Exception as e:
-        raise ClusterUnreachable(f"could not list jobs: {' '.join(str(e).split())[:300]}") from e
-    from rayjobs.views.jobrows import meta
 
-    return [j for j in found if RUNNER_OF not in meta(j)]
+    def __init__(self, target: Target, *, timeout: float = 10.0) -> None:
+        import requests
 
+        self.target = target
+        self.address = str(target.address)
+        self.timeout = timeout
+        self.headers = {"Authorization": f"Bearer {target.token}"} if target.token else {}
+        self._requests = requests
+        self._sdk: Optional[JobSubmissionClient] = None
+        self._version: Optional[dict[str, Any]] = None
 
-def resolve_id(c: Any, prefix: str, jobs: Optional[Iterable[Any]] = None) -> str:
-    """A full submission id from a unique prefix (exact ids win)."""
-    jobs = list(jobs) if jobs is not None else list_jobs(c)
-    ids = sorted({j.submission_id for j in jobs if j.submission_id})
-    if prefix in ids:
-        return prefix
-    hits = [i for i in ids if i.startswith(prefix)]
-    if len(hits) == 1:
-        return hits[0]
-    if not hits:
-        from rayjobs.errors import NoSuchJob, did_you_mean
+    # ------------------------------------------------------------------ the Jobs SDK
+    @property
+    def sdk(self) -> "JobSubmissionClient":
+        """Ray's ``JobSubmissionClient`` for this dashboard (made on first use; it checks the connection)."""
+        if self._sdk is None:
+            from ray.job_submission import JobSubmissionClient
 
-        raise NoSuchJob(f"no job matches {prefix!r}{did_you_mean(prefix, ids)}; `rayjobs list` shows the ids")
-    raise JobNotFound(f"{prefix!r} matches {len(hits)} jobs ({', '.join(hits[:4])}...); give more of the id")
+            try:
+                self._sdk = JobSubmissionClient(self.address, headers=self.headers or None)
+            except Exception as e:  # ConnectionError, RuntimeError, ValueError: all "can't reach it"
+                raise ClusterUnreachable(unreachable_message(self.target, e)) from e
+        return self._sdk
 
+    def submit(self, kwargs: Mapping[str, Any]) -> str:
+        """Submit one job.
 
-def logs(c: Any, job_id: str) -> str:
-    """The whole driver log."""
-    try:
-        return c.get_job_logs(job_id)
-    except Exception as e:
-        raise SubmitError(f"could not read the log of {job_id}: {' '.join(str(e).split())[:300]}") from e
+        Args:
+            kwargs: the keyword arguments of ``submit_job`` (:meth:`rayjobs.submit.spec.JobSpec.submit_kwargs`).
 
+        Returns:
+            The submission id.
 
-def stop(c: Any, job_id: str) -> bool:
-    """Ask Ray to stop a job; True if it was still running."""
-    try:
-        return bool(c.stop_job(job_id))
-    except Exception as e:
-        raise SubmitError(f"could not stop {job_id}: {' '.join(str(e).split())[:300]}") from e
+        Raises:
+            SubmitError: the cluster refused it (an id that exists, anything else Ray says).
+            ConfigError: the working_dir upload was too large.
+        """
+        try:
+            return self.sdk.submit_job(**kwargs)
+        except RayjobsError:
+            raise
+        except Exception as e:
+            msg = _one_line(e, 10_000)
+            if "already exists" in msg:
+                raise SubmitError(f"a job with id {kwargs.get('submission_id')} already exists on the cluster; "
+                                  f"resubmit to get a new id") from e
+            if "exceeds the maximum" in msg or "too large" in msg.lower() or "EntityTooLarge" in msg:
+                raise ConfigError("the working_dir upload was refused as too large: exclude big files "
+                                  "(rayjobs.excludes or .gitignore)") from e
+            raise SubmitError(f"the cluster refused the job: {msg[:300]}") from e
 
+    def info(self, job_id: str) -> "JobDetails":
+        """A job's details (``JobDetails``) by its full id; :class:`JobNotFound` if the cluster has none."""
+        try:
+            return self.sdk.get_job_info(job_id)
+        except RayjobsError:
+            raise
+        except Exception as e:
+            if "does not exist" in str(e) or "404" in str(e) or "not found" in str(e).lower():
+                raise JobNotFound(f"no job {job_id!r} on the cluster; `rayjobs list` shows the ids") from e
+            raise SubmitError(f"could not read job {job_id}: {_one_line(e)}") from e
 
-def dashboard_version(c: Any) -> dict[str, Any]:
-    """The cluster's ``/api/version`` answer (Ray version etc.)."""
-    try:
-        r = c._do_request("GET", "/api/version")
-        return r.json() if r.status_code == 200 else {}
-    except Exception:
-        return {}
+    def list_jobs(self) -> list["JobDetails"]:
+        """Every job on the cluster (Ray has no filter; callers filter), less rayjobs' runner drivers.
 
+        Each rayjobs runner connects to Ray for the queue as a driver of its own, which Ray lists as
+        a separate DRIVER job (tagged :data:`rayjobs.shared.RUNNER_OF`); counted, two jobs showed as
+        "4 SUCCEEDED". Other drivers (a user's ``ray.init``) stay listed.
+        """
+        try:
+            found = list(self.sdk.list_jobs())
+        except RayjobsError:
+            raise
+        except Exception as e:
+            raise ClusterUnreachable(f"could not list jobs: {_one_line(e)}") from e
+        return [j for j in found if RUNNER_OF not in (j.metadata or {})]
 
-# --------------------------------------------------------------------------- working_dir
-#: Ray 2.60 accepts packages up to its gRPC message size (512 MiB); bigger ones fail mid-upload.
-def max_package_bytes() -> int:
-    return int(os.environ.get("RAY_max_grpc_message_size", 512 * 1024 * 1024))
+    def resolve_id(self, prefix: str, jobs: Optional[Iterable[Any]] = None) -> str:
+        """A full submission id from a unique prefix (an exact id wins).
 
+        Raises:
+            NoSuchJob: nothing matches (the closest ids are named).
+            JobNotFound: several match.
+        """
+        jobs = list(jobs) if jobs is not None else self.list_jobs()
+        ids = sorted({j.submission_id for j in jobs if j.submission_id})
+        if prefix in ids:
+            return prefix
+        hits = [i for i in ids if i.startswith(prefix)]
+        if len(hits) == 1:
+            return hits[0]
+        if not hits:
+            raise NoSuchJob(f"no job matches {prefix!r}{did_you_mean(prefix, ids)}; `rayjobs list` shows the ids")
+        raise JobNotFound(f"{prefix!r} matches {len(hits)} jobs ({', '.join(hits[:4])}...); give more of the id")
 
-def working_dir_bytes(path: str, excludes: list[str]) -> int:
-    """Bytes Ray would upload for ``path`` (its own traversal, .gitignore and excludes honoured)."""
-    from ray._private.runtime_env.packaging import _dir_travel, _get_excludes
+    def logs(self, job_id: str) -> str:
+        """A job's whole driver log, through the Jobs API."""
+        try:
+            return self.sdk.get_job_logs(job_id)
+        except Exception as e:
+            raise SubmitError(f"could not read the log of {job_id}: {_one_line(e)}") from e
 
-    root = Path(path).absolute()
-    total = [0]
+    def stop(self, job_id: str) -> bool:
+        """Ask Ray to stop a job; True if it was still running."""
+        try:
+            return bool(self.sdk.stop_job(job_id))
+        except Exception as e:
+            raise SubmitError(f"could not stop {job_id}: {_one_line(e)}") from e
 
-    def handler(p: Path) -> None:
-        if p.is_file() and not p.is_symlink():
-            total[0] += p.stat().st_size
+    # ------------------------------------------------------------------ the dashboard's HTTP API
+    def get(self, path: str, params: Optional[Mapping[str, Any]] = None, *, stream: bool = False,
+            read_timeout: Optional[float] = -1.0) -> Any:
+        """GET ``path`` (a ``requests`` response).
 
-    _dir_travel(root, [_get_excludes(root, excludes)], handler, include_gitignore=True, logger=_QUIET)
-    return total[0]
+        Raises:
+            DashboardDown: no answer (connection refused, reset, timed out).
+            ClusterUnreachable: the token is missing or wrong (401/403).
+        """
+        rt = self.timeout if read_timeout == -1.0 else read_timeout
+        try:
+            r = self._requests.get(self.address + path, params=params, headers=self.headers, stream=stream,
+                                   timeout=(5.0, rt))
+        except self._requests.RequestException as e:
+            raise DashboardDown(f"the dashboard at {self.address} did not answer ({short_reason(e)})") from e
+        if r.status_code in (401, 403):
+            r.close()
+            raise ClusterUnreachable(refused_message(self.address, r.status_code))
+        return r
 
+    def get_json(self, path: str, params: Optional[Mapping[str, Any]] = None) -> Any:
+        """GET ``path`` as JSON; :class:`DashboardDown` on any answer but a 200 with JSON."""
+        r = self.get(path, params)
+        if r.status_code != 200:
+            raise DashboardDown(f"the dashboard at {self.address} answered HTTP {r.status_code} for {path}")
+        try:
+            return r.json()
+        except ValueError as e:
+            raise DashboardDown(f"the dashboard at {self.address} sent a bad answer for {path}") from e
 
-def check_working_dir(path: str, excludes: list[str]) -> None:
-    """Refuse, before any upload, a working_dir Ray would refuse (or that is missing)."""
-    if not os.path.isdir(path):
-        raise ConfigError(f"rayjobs.working_dir={path!r} is not a directory; give an existing directory")
-    size = working_dir_bytes(path, excludes)
-    limit = max_package_bytes()
-    if size >= limit:
-        raise ConfigError(
-            f"working_dir {path} is {size / 2**20:.0f} MiB after excludes, over Ray's {limit / 2**20:.0f} MiB limit: "
-            f"exclude large files (add them to .gitignore or rayjobs.excludes) or set rayjobs.working_dir to a smaller dir"
-        )
+    def version(self) -> dict[str, Any]:
+        """``/api/version`` (``ray_version``, ``session_name``, ...), asked once per client."""
+        if self._version is None:
+            self._version = dict(self.get_json("/api/version"))
+        return self._version
 
+    def alive(self) -> bool:
+        """Does a dashboard answer here (a refusal for want of a token still means alive)?"""
+        try:
+            self.version()
+            return True
+        except ClusterUnreachable:
+            return True
+        except DashboardDown:
+            return False
 
-def upload_working_dir(c: Any, runtime_env: dict[str, Any]) -> dict[str, Any]:
-    """Upload ``runtime_env['working_dir']`` once (content-addressed) and return the env with its URI.
+    def nodes(self) -> list[dict[str, Any]]:
+        """The alive nodes, from the state API (``/api/v0/nodes``): id, ip, head or not, resource totals."""
+        doc = self.get_json("/api/v0/nodes", {"detail": "true", "limit": 10000})
+        return [r for r in doc["data"]["result"]["result"] if str(r.get("state")) == "ALIVE"]
 
-    A sweep's points share one package, so it is hashed and uploaded once, not once per point.
-    """
-    env = dict(runtime_env)
-    try:
-        c._upload_working_dir_if_needed(env)
-    except Exception as e:
-        msg = " ".join(str(e).split())
-        if "size" in msg.lower() and ("limit" in msg.lower() or "exceed" in msg.lower()):
-            raise ConfigError(f"the working_dir is too large for Ray: {msg[:200]}; exclude big files") from e
-        raise SubmitError(f"could not upload the working_dir: {msg[:300]}") from e
-    return env
+    def resource_use(self) -> dict[str, dict[str, list[float]]]:
+        """Per node id, ``{"GPU": [used, total], "CPU": [used, total], ...}`` (``/api/cluster_status``)."""
+        doc = self.get_json("/api/cluster_status", {"format": 0})
+        return dict(doc["data"]["clusterStatus"]["loadMetricsReport"]["usageByNode"])
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        """A job's details as a dict (``GET /api/jobs/ID``), for pollers that must not block on the SDK."""
+        r = self.get(f"/api/jobs/{job_id}")
+        if r.status_code == 404:
+            raise JobNotFound(f"no job {job_id!r} on the cluster; `rayjobs list` shows the ids")
+        if r.status_code != 200:
+            raise DashboardDown(f"the dashboard answered HTTP {r.status_code} for job {job_id}")
+        try:
+            return r.json()
+        except ValueError as e:
+            raise DashboardDown(f"the dashboard sent a bad answer for job {job_id}") from e
+
+    @staticmethod
+    def log_params(job_id: str, node_id: str, lines: int, interval: Optional[float] = None) -> dict[str, Any]:
+        """Query parameters of the log API for a job's driver log (``interval``: follow it)."""
+        p: dict[str, Any] = {"submission_id": job_id, "node_id": node_id, "lines": lines}
+        if interval is not None:
+            p["interval"] = interval
+        return p
+
+    def iter_log(self, job_id: str, node_id: str, lines: int = -1, max_bytes: Optional[int] = None) -> Iterator[bytes]:
+        """A job's log as it is now, its last ``lines`` lines (-1: all of it), in chunks (no follow)."""
+        r = self.get(LOG_FILE, self.log_params(job_id, node_id, lines), stream=True, read_timeout=30.0)
+        with r:
+            if r.status_code != 200:
+                raise DashboardDown(f"the log of {job_id} is not readable now (HTTP {r.status_code}: "
+                                    f"{' '.join(r.text.split())[:120]})")
+            got = 0
+            try:
+                for chunk in r.iter_content(chunk_size=1 << 16):
+                    got += len(chunk)
+                    if max_bytes is not None and got > max_bytes:
+                        raise DashboardDown(f"the log tail of {job_id} is larger than {max_bytes} bytes")
+                    yield chunk
+            except self._requests.RequestException as e:
+                raise DashboardDown(f"reading the log of {job_id} broke off ({short_reason(e)})") from e
+
+    def log_tail(self, job_id: str, node_id: str, lines: int, max_bytes: int = 32 << 20) -> bytes:
+        """A job's last ``lines`` log lines, bounded in bytes."""
+        return b"".join(self.iter_log(job_id, node_id, lines, max_bytes=max_bytes))
+
+    def node_file(self, node_id: str, filename: str, lines: int = 10) -> Optional[bytes]:
+        """The last ``lines`` lines of a file in a node's Ray log dir; None if it is not there."""
+        r = self.get(LOG_FILE, {"node_id": node_id, "filename": filename, "lines": lines})
+        return r.content if r.status_code == 200 else None

@@ -26,31 +26,20 @@ import json
 import os
 import secrets
 import shutil
-import signal
+
 import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
-from typing import Any, Callable, Iterable, NamedTuple, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from rayjobs import settings
+from rayjobs.client import headprocs
+from rayjobs.client.dashboard import Dashboard
+from rayjobs.shared import HEAD_ENV
 from rayjobs.errors import ClusterUnreachable, RayjobsError
 
-#: Head settings the queue and stop rely on (also set by the SkyPilot bootstrap).
-HEAD_ENV = {
-    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-    # Queued jobs wait inside their own driver, but keep Ray from failing a PENDING job early.
-    "RAY_JOB_START_TIMEOUT_SECONDS": str(7 * 24 * 3600),
-    # Ray kills a stopped job's driver 3 s after SIGTERM: too short for an RL checkpoint.
-    "RAY_JOB_STOP_WAIT_TIME_S": "60",
-    # Not set: RAY_kill_child_processes_on_worker_exit_with_raylet_subreaper=true. On Ray 2.60 it
-    # makes every job report SUCCEEDED with driver exit code 0 (measured: `sys.exit(1)` ->
-    # SUCCEEDED), because the supervisor's child is reaped before it can read the exit status.
-    "RAY_USAGE_STATS_ENABLED": "0",
-}
 #: Environment variable: how long ``start`` waits for a new head to accept jobs (default 60 s).
 START_TIMEOUT_ENV = "RAYJOBS_LOCAL_START_TIMEOUT_S"
 #: How long ``ray start`` itself may run (it returns once the GCS and the raylet are up).
@@ -71,13 +60,7 @@ def token_file() -> Path:
 
 def _alive(url: str, timeout: float = 1.0) -> bool:
     """True if a dashboard answers at ``url`` (a 401 from token auth still means alive)."""
-    try:
-        with urllib.request.urlopen(url + "/api/version", timeout=timeout) as r:
-            return r.status == 200
-    except urllib.error.HTTPError as e:
-        return e.code in (401, 403)
-    except Exception:
-        return False
+    return Dashboard(settings.Target(url, "embedded"), timeout=timeout).alive()
 
 
 def free_port(preferred: int) -> Optional[int]:
@@ -231,7 +214,7 @@ def start(num_gpus: Optional[int] = None, quiet: bool = False, timeout: Optional
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     rec = {"dashboard": url, "gcs": f"127.0.0.1:{ports['gcs']}", "temp_dir": str(temp),
            "token_path": str(token_file()), "ports": ports, "sid": proc.pid,
-           "sid_start": _start_time(proc.pid), "boot_id": _boot_id(), "pids": [proc.pid]}
+           "sid_start": headprocs.start_time(proc.pid), "boot_id": headprocs.boot_id(), "pids": [proc.pid]}
     _write_record(rec)  # before waiting: `rayjobs local stop` must find a half-started head too
     try:
         _wait_ray_start(proc, temp)
@@ -241,7 +224,7 @@ def start(num_gpus: Optional[int] = None, quiet: bool = False, timeout: Optional
         if isinstance(e, ClusterUnreachable):
             raise ClusterUnreachable(f"{e}; {left}") from e
         raise
-    rec["pids"] = head_pids(rec)
+    rec["pids"] = headprocs.head_pids(rec)
     _write_record(rec)
     return rec
 
@@ -267,7 +250,7 @@ def _abort(proc: subprocess.Popen, rec: dict[str, Any]) -> str:
     """Stop what a failed start started (by PID); a phrase saying so, for the error message."""
     if proc.poll() is None:
         proc.kill()  # `ray start` itself; the daemons it launched are in its session
-    survivors = _stop_head(rec, 8.0)  # short grace: a head that never got ready runs no job
+    survivors = headprocs.stop_head(rec, 8.0)  # short grace: a head that never got ready runs no job
     proc.wait()
     if survivors:
         return f"PIDs {', '.join(map(str, survivors))} of it survived SIGKILL: run `rayjobs local stop`"
@@ -276,16 +259,6 @@ def _abort(proc: subprocess.Popen, rec: dict[str, Any]) -> str:
 
 
 # --------------------------------------------------------------------------- readiness
-def _get(url: str, token: Optional[str], timeout: float = 2.0) -> Optional[bytes]:
-    """The body of a 200 answer from ``url`` on loopback, else None."""
-    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.read() if r.status == 200 else None
-    except Exception:
-        return None
-
-
 def _agent_port(session_dir: Path) -> Optional[int]:
     """The HTTP port the head's dashboard agent reports (-1: it could not bind); None: not yet.
 
@@ -300,16 +273,22 @@ def _agent_port(session_dir: Path) -> Optional[int]:
     return None
 
 
+def _answers(base: str, path: str) -> bool:
+    """Does ``base`` answer ``path`` with a 200 (the agent's own HTTP server, on loopback)?"""
+    try:
+        return Dashboard(settings.Target(base, "embedded"), timeout=2.0).get(path).status_code == 200
+    except RayjobsError:
+        return False
+
+
 def not_ready(rec: dict[str, Any]) -> tuple[Optional[str], bool]:
     """(why the head cannot accept a job yet, whether waiting can help); (None, False) if it can."""
     url, temp = rec["dashboard"], Path(rec["temp_dir"])
-    version = _get(url + "/api/version", target(rec).token)  # served by the job head module itself
-    if version is None:
+    try:  # /api/version is served by the job head module itself
+        version = Dashboard(target(rec), timeout=2.0).version()
+    except RayjobsError:
         return f"its Jobs API at {url} does not answer (read {temp}/session_latest/logs/dashboard.log)", True
-    try:
-        session = temp / json.loads(version)["session_name"]
-    except (ValueError, KeyError, TypeError):
-        session = temp / "session_latest"  # not the Jobs API we know: the newest session
+    session = temp / str(version.get("session_name") or "session_latest")
     log = session / "logs" / "dashboard_agent.log"
     want = rec.get("ports", {}).get("dashboard_agent")
     port = _agent_port(session)
@@ -318,7 +297,7 @@ def not_ready(rec: dict[str, Any]) -> tuple[Optional[str], bool]:
     if port < 0 or (want and port != want):
         return (f"its dashboard agent could not listen on 127.0.0.1:{want or '?'}, so no job can start "
                 f"(another process took the port? read {log})"), False
-    if _get(f"http://127.0.0.1:{port}/api/healthz", None) is None:
+    if not _answers(f"http://127.0.0.1:{port}", "/api/healthz"):
         return f"its dashboard agent on 127.0.0.1:{port} does not answer /api/healthz (read {log})", True
     rec["session_dir"] = str(session)
     return None, False
@@ -337,169 +316,6 @@ def wait_ready(rec: dict[str, Any], timeout: float) -> None:
         time.sleep(0.2)
 
 
-# --------------------------------------------------------------------------- processes
-class _Proc(NamedTuple):
-    ppid: int
-    sid: int
-    start: int  #: start time (clock ticks since boot): a PID reused later has another
-    cmdline: bytes
-
-
-def _procs() -> dict[int, _Proc]:
-    """A snapshot of this user's processes (zombies left out: they hold no port or memory)."""
-    uid, out = os.geteuid(), {}
-    for p in Path("/proc").iterdir():
-        if not p.name.isdigit():
-            continue
-        try:
-            if p.stat().st_uid != uid:
-                continue
-            fields = (p / "stat").read_text().rsplit(")", 1)[1].split()
-            cmdline = (p / "cmdline").read_bytes().replace(b"\0", b" ")
-        except (OSError, IndexError):
-            continue
-        if fields[0] not in ("Z", "X"):
-            out[int(p.name)] = _Proc(int(fields[1]), int(fields[3]), int(fields[19]), cmdline)
-    return out
-
-
-def _start_time(pid: int) -> Optional[int]:
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def _boot_id() -> str:
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return ""
-
-
-def _sid(rec: dict[str, Any], procs: dict[int, _Proc]) -> Optional[int]:
-    """The head's session id, unless it may now be someone else's.
-
-    The kernel keeps a session id reserved while any member lives, so it is ours as long as the
-    head runs; it is distrusted after a reboot or if a live leader with that PID is not our
-    ``ray start`` (the head died long ago and the PID was reused).
-    """
-    sid = rec.get("sid")
-    if not sid or rec.get("boot_id") != _boot_id():
-        return None
-    leader = procs.get(sid)
-    return None if leader and leader.start != rec.get("sid_start") else sid
-
-
-def head_pids(rec: dict[str, Any], procs: Optional[dict[int, _Proc]] = None,
-              roots: Iterable[int] = ()) -> list[int]:
-    """Live PIDs of the head ``rec`` describes: its session, what names its temp dir, and
-    every descendant of those (and of ``roots``); never this process or its ancestors."""
-    procs = _procs() if procs is None else procs
-    temp = str(rec["temp_dir"]).encode()
-    sid = _sid(rec, procs)
-    found = {pid for pid, p in procs.items()
-             if (sid and p.sid == sid) or temp + b"/" in p.cmdline or temp + b" " in p.cmdline}
-    found |= {pid for pid in roots if pid in procs}
-    children: dict[int, list[int]] = {}
-    for pid, p in procs.items():
-        children.setdefault(p.ppid, []).append(pid)
-    todo = list(found)
-    while todo:  # descendants: a job's driver runs in a session of its own, under a worker
-        for child in children.get(todo.pop(), []):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    me, mine = os.getpid(), set()
-    while me in procs and me not in mine:
-        mine.add(me)
-        me = procs[me].ppid
-    return sorted(found - mine - {os.getpid()})
-
-
-def pids_naming(*marks: str) -> list[int]:
-    """PIDs of the processes whose command line contains any of ``marks`` (this process excluded)."""
-    wanted = [m.encode() for m in marks]
-    pids = []
-    for p in Path("/proc").iterdir():
-        if not p.name.isdigit() or int(p.name) == os.getpid():
-            continue
-        try:
-            cmdline = (p / "cmdline").read_bytes().replace(b"\0", b" ")
-        except OSError:
-            continue
-        if any(m in cmdline for m in wanted):
-            pids.append(int(p.name))
-    return sorted(pids)
-
-
-def _session_pids(temp: Path) -> list[int]:
-    """PIDs of the processes whose command line names the temp dir ``temp`` (kept for callers)."""
-    return pids_naming(str(temp))
-
-
-# --------------------------------------------------------------------------- stop
-def terminate(live: Callable[[], Iterable[int]], timeout: float = 20.0, poll: float = 0.1) -> list[int]:
-    """SIGTERM the PIDs ``live()`` lists, wait up to half of ``timeout``; then the same with SIGKILL.
-
-    Returns the PIDs still alive at the end. By PID only: never the ``ray`` CLI's stop, which
-    would also stop Rays we did not start.
-    """
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        _signal(list(live()), sig)
-        deadline = time.monotonic() + timeout / 2
-        while time.monotonic() < deadline and list(live()):
-            time.sleep(poll)
-    return sorted(live())
-
-
-def _stop_head(rec: dict[str, Any], timeout: float) -> list[int]:
-    """Terminate every process of the head ``rec`` in Ray's own order; the PIDs that survived.
-
-    Like ``ray stop``: the raylet first (it stops its workers and agents), the GCS last (the others
-    report to it). All at once, the GCS and the raylet hang in their shutdown (measured on Ray
-    2.60: alive 12 s after SIGTERM); in this order the head is gone in ~1.5 s. SIGTERM gets half
-    of ``timeout``, then SIGKILL whatever is left.
-    """
-    procs = _procs()
-    # Remember each by PID and start time: once a parent dies its children are reparented and no
-    # longer look like descendants, and a PID reused meanwhile is not ours.
-    seen = {pid: procs[pid].start for pid in head_pids(rec, procs)}
-
-    def live() -> dict[int, _Proc]:
-        now = _procs()
-        alive = [pid for pid, st in seen.items() if pid in now and now[pid].start == st]
-        for pid in head_pids(rec, now, roots=alive):  # and what they spawned meanwhile
-            seen.setdefault(pid, now[pid].start)
-        return {pid: now[pid] for pid, st in seen.items() if pid in now and now[pid].start == st}
-
-    def raylets(ps: dict[int, _Proc]) -> list[int]:
-        return [pid for pid, p in ps.items() if b"/raylet/raylet " in p.cmdline]
-
-    def all_but_gcs(ps: dict[int, _Proc]) -> list[int]:
-        return [pid for pid, p in ps.items() if b"/gcs/gcs_server " not in p.cmdline]
-
-    deadline = time.monotonic() + timeout / 2
-    for phase in (raylets, all_but_gcs, lambda ps: list(ps)):
-        group = phase(live())
-        _signal(group, signal.SIGTERM)
-        while time.monotonic() < deadline and set(group) & set(live()):
-            time.sleep(0.1)
-    _signal(live(), signal.SIGKILL)
-    deadline = time.monotonic() + timeout / 2
-    while time.monotonic() < deadline and live():
-        time.sleep(0.1)
-    return sorted(live())
-
-
-def _signal(pids: Iterable[int], sig: int) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
-
-
 def stop(timeout: float = 20.0) -> bool:
     """Stop the embedded head by PID and return once every process of it is gone (bounded).
 
@@ -510,7 +326,7 @@ def stop(timeout: float = 20.0) -> bool:
         rec = json.loads(record_file().read_text())
     except (OSError, ValueError):
         return False
-    survivors = _stop_head(rec, timeout)
+    survivors = headprocs.stop_head(rec, timeout)
     if survivors:
         raise RayjobsError(f"PIDs {', '.join(map(str, survivors))} of the embedded Ray head are still alive "
                            f"{timeout:.0f} s after SIGTERM and SIGKILL; check them with `ps -o pid,stat,args -p "

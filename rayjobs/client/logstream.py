@@ -25,94 +25,9 @@ import threading
 import time
 from typing import Any, Callable, Iterator, Optional
 
-from rayjobs.errors import ClusterUnreachable, JobNotFound, RayjobsError
-from rayjobs.settings import Target
-
-TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
-LOG_STREAM = "/api/v0/logs/stream"
-LOG_FILE = "/api/v0/logs/file"
-
-
-class DashboardDown(RayjobsError):
-    """The dashboard did not answer (restarting, tunnel down); callers usually retry."""
-
-
-def _short(e: BaseException) -> str:
-    """A few words for an exception (requests' messages run to several hundred characters)."""
-    text = " ".join(str(e).split())
-    low = text.lower()
-    for needle, words in (("refused", "connection refused"), ("reset", "connection reset"),
-                          ("ended prematurely", "connection closed"), ("timed out", "timed out"),
-                          ("name or service", "unknown host"), ("broken pipe", "connection closed")):
-        if needle in low:
-            return words
-    return text[:160] or type(e).__name__
-
-
-class Dashboard:
-    """Plain HTTP to a Ray dashboard with the target's bearer token; every call bounded."""
-
-    def __init__(self, target: Target, timeout: float = 10.0) -> None:
-        import requests
-
-        self.address = target.address
-        self.timeout = timeout
-        self.headers = {"Authorization": f"Bearer {target.token}"} if target.token else {}
-        self._requests = requests
-
-    def get(self, path: str, params: Optional[dict[str, Any]] = None, stream: bool = False,
-            read_timeout: Optional[float] = -1.0) -> Any:
-        """GET ``path``; connection problems raise :class:`DashboardDown`, auth problems a one-line error."""
-        rt = self.timeout if read_timeout == -1.0 else read_timeout
-        try:
-            r = self._requests.get(self.address + path, params=params, headers=self.headers, stream=stream,
-                                   timeout=(5.0, rt))
-        except self._requests.RequestException as e:
-            raise DashboardDown(f"the dashboard at {self.address} did not answer ({_short(e)})") from e
-        if r.status_code in (401, 403):
-            r.close()
-            raise ClusterUnreachable(f"the Ray cluster at {self.address} refused the request (HTTP {r.status_code}: "
-                                     f"auth token missing or wrong): set RAY_AUTH_TOKEN or run `rayjobs connect`")
-        return r
-
-    def job(self, job_id: str) -> dict[str, Any]:
-        """The job's details (``GET /api/jobs/ID``) as a dict."""
-        r = self.get(f"/api/jobs/{job_id}")
-        if r.status_code == 404:
-            raise JobNotFound(f"no job {job_id!r} on the cluster; `rayjobs list` shows the ids")
-        if r.status_code != 200:
-            raise DashboardDown(f"the dashboard answered HTTP {r.status_code} for job {job_id}")
-        try:
-            return r.json()
-        except ValueError as e:
-            raise DashboardDown(f"the dashboard sent a bad answer for job {job_id}") from e
-
-    def log_params(self, job_id: str, node_id: str, lines: int, interval: Optional[float] = None) -> dict[str, Any]:
-        p: dict[str, Any] = {"submission_id": job_id, "node_id": node_id, "lines": lines}
-        if interval is not None:
-            p["interval"] = interval
-        return p
-
-    def iter_log(self, job_id: str, node_id: str, lines: int = -1, max_bytes: Optional[int] = None) -> Iterator[bytes]:
-        """The log's last ``lines`` lines (-1: all of it) as it is now, in chunks (no follow)."""
-        r = self.get(LOG_FILE, self.log_params(job_id, node_id, lines), stream=True, read_timeout=30.0)
-        with r:
-            if r.status_code != 200:
-                raise DashboardDown(f"the log of {job_id} is not readable now (HTTP {r.status_code}: "
-                                    f"{' '.join(r.text.split())[:120]})")
-            got = 0
-            try:
-                for chunk in r.iter_content(chunk_size=1 << 16):
-                    got += len(chunk)
-                    if max_bytes is not None and got > max_bytes:
-                        raise DashboardDown(f"the log tail of {job_id} is larger than {max_bytes} bytes")
-                    yield chunk
-            except self._requests.RequestException as e:
-                raise DashboardDown(f"reading the log of {job_id} broke off ({_short(e)})") from e
-
-    def log_tail(self, job_id: str, node_id: str, lines: int, max_bytes: int = 32 << 20) -> bytes:
-        """The log's last ``lines`` lines, bounded in bytes."""
-        return b"".join(self.iter_log(job_id, node_id, lines, max_bytes=max_bytes))
+from rayjobs.client.dashboard import LOG_STREAM, Dashboard, DashboardDown, short_reason
+from rayjobs.errors import ClusterUnreachable, RayjobsError
+from rayjobs.shared import TERMINAL
 
 
 class _Broken:
@@ -156,7 +71,7 @@ class _Reader(threading.Thread):
             self._put(_Broken("the log stream ended"))
         except Exception as e:  # connection reset, dashboard gone, auth...
             if not self.stopped.is_set():
-                self._put(_Broken(_short(e)))
+                self._put(_Broken(short_reason(e)))
 
     def _put(self, item: Any) -> None:
         while not self.stopped.is_set():
@@ -220,7 +135,7 @@ class _Poller(threading.Thread):
             except RayjobsError as e:
                 self.error = e
             except Exception as e:  # never let the poller die silently
-                self.down = DashboardDown(_short(e))
+                self.down = DashboardDown(short_reason(e))
                 if self.down_since is None:
                     self.down_since = time.monotonic()
             self.polls += 1

@@ -12,7 +12,8 @@ import os
 import time
 from typing import Any, Optional
 
-STATUS_FILE = "rayjobs_queue.json"
+from rayjobs.shared import STATUS_FILE
+
 PROTOCOL = 1
 REWRITE_S = 5.0  #: an unchanged document is rewritten this often (its updated_at shows the actor lives)
 

@@ -1,42 +1,45 @@
 """Preflight: catch on the laptop, in about a second, what would otherwise fail on the GPUs.
 
-Three layers, cheapest first; every failure is one :class:`rayjobs.preflight.rules.Problem` line (key,
-value, rule, fix) and the submit stops with exit 2 before anything reaches the cluster:
+Three layers, cheapest first; every failure is one :class:`~rayjobs.preflight.problem.Problem`
+line (key, value, rule, fix) and the submit stops with exit 2 before anything reaches the cluster:
 
-1. :mod:`rayjobs.preflight.rules` -- rayjobs' own rules, pure and torch-free, for what verl only finds once
-   the GPUs are allocated (rollout backend, estimator, critic for GAE, batch sizes against the GPU
-   count, parallel sizes, loggers, path forms), with the pinned verl's facts read from its source.
-2. verl's own validation (:mod:`rayjobs.preflight.verlcheck`, a warm helper process) when verl imports
-   here; otherwise a one-time note says so and layer 1 is the (weaker) check.
-3. :mod:`rayjobs.preflight.clusterfiles` -- what needs the cluster's files and environment (data files and model
-   dirs present, a reward function for every data_source, secrets by name). Run here when the
-   cluster's storage is local (the embedded cluster); for a remote cluster, on the cluster.
+1. :mod:`rayjobs.preflight.rules` -- rayjobs' own rules, pure and torch-free, for what verl only
+   finds once the GPUs are allocated (rollout backend, estimator, critic for GAE, batch sizes
+   against the GPU count, parallel sizes, loggers, path forms).
+2. verl's own validation (:mod:`rayjobs.preflight.verlcheck`, run by the warm
+   :mod:`rayjobs.preflight.helper` process) when verl imports here; otherwise a one-time note says
+   so and layer 1 is the (weaker) check.
+3. :mod:`rayjobs.preflight.clusterfiles` and :mod:`rayjobs.preflight.secretnames` -- what the job
+   reads on the cluster: data files and model dirs, a reward function for every data_source
+   (when the cluster's storage is visible here: the embedded cluster), secrets by name.
 
-This module runs them over every point of a submission (:func:`check_all`, resolving the points
-with :mod:`rayjobs.submit.configcache`) and reports. :func:`check_cluster` (called from ``submit.send``, the only
-place with a live client) adds the Ray/verl version match and the per-node fit of the GPU groups.
+:func:`check_all` runs them over every point of a submission (dry-run included);
+:func:`check_cluster` adds what needs the live cluster (:mod:`rayjobs.preflight.livecluster`).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import re
 import sys
 import time
-from typing import Any, Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from rayjobs.errors import ConfigError
-from rayjobs.preflight.clusterfiles import cluster_env_names, runtime_problems
+from rayjobs.preflight.clusterfiles import runtime_problems
+from rayjobs.preflight.keys import get_key, runs_verl_trainer
+from rayjobs.preflight.problem import UNSET, VERL_FIX, Problem, note
+from rayjobs.preflight.rules import config_problems
+from rayjobs.preflight.secretnames import cluster_env_names
 from rayjobs.submit.configcache import resolve_points
-from rayjobs.preflight.rules import (CPUS_PER_GPU, UNSET, VERL_FIX, Problem, config_problems, get_key, note, runs_verl_trainer,
-                           verl_facts)
+
+if TYPE_CHECKING:
+    from rayjobs.client.dashboard import Dashboard
 
 #: Seconds spent in the last check_all (read by scripts/bench_preflight.py).
 last_timing: dict[str, float] = {}
 
-# =========================================================================== orchestration
+
 def _enabled(prepared: Sequence[Any]) -> bool:
     from omegaconf import OmegaConf
 
@@ -62,58 +65,68 @@ def verl_projection(d: dict) -> str:
 
 
 def check_all(prepared: Sequence[Any]) -> None:
-    """Check every point (``submit.Prepared``) before anything is submitted; raise ConfigError."""
+    """Check every point (``Prepared``) before anything is submitted.
+
+    Raises:
+        ConfigError: the last problem found (every one is printed first, one line each).
+    """
     if not prepared or not _enabled(prepared):
         return
-    from rayjobs import settings
-    from rayjobs.preflight import verlcheck
-    from rayjobs.preflight import helper
-
     t0 = time.perf_counter()
     plains = resolve_points([p.composed.cfg for p in prepared])
     t_res = time.perf_counter()
-    target = settings.resolve_target(get_key(plains[0], "rayjobs.address"))
-    per_point: list[list[Problem]] = []
-    names: Optional[set[str]] = None
-    for p, cfg in zip(prepared, plains):
-        probs = config_problems(cfg)
-        if runs_verl_trainer(cfg) and get_key(cfg, "rayjobs.kind", "verl") == "verl":
-            if not target.embedded:
-                note("remote cluster: data files and model dirs on its storage are not visible from here "
-                     "(verl checks them on the cluster when the job starts)")
-            if names is None:
-                names = _secret_names(target.embedded)
-            probs += runtime_problems(cfg, names or None, str(p.spec.runtime_env.get("working_dir", os.getcwd())),
-                                      files_visible=target.embedded)
-        per_point.append(probs)
+    where: dict[str, Any] = {}
+    per_point = [_own_problems(p, cfg, where) for p, cfg in zip(prepared, plains)]
     t1 = time.perf_counter()
-    verl_s, distinct = 0.0, 0
-    idx = [i for i, d in enumerate(plains) if get_key(d, "rayjobs.kind", "verl") == "verl"]
-    if idx and not any(per_point):
-        keys = [verl_projection(plains[i]) for i in idx]
-        first = {}
-        for i, k in zip(idx, keys):
-            first.setdefault(k, i)
-        distinct = len(first)
-        configs = []
-        for i in first.values():
-            d = dict(plains[i])
-            d.pop("rayjobs", None)
-            configs.append(d)
-        results, why = helper.validate(configs)
-        if results is None:
-            note(f"verl's own validation did not run ({why}); only rayjobs' own checks ran (batch sizes, micro-batches, "
-                 f"rollout backend, estimator, critic, paths, reward), and verl validates again in the job's "
-                 f"driver before it allocates GPUs. To run it here: {verlcheck.INSTALL_HINT}")
-        else:
-            by_key = dict(zip(first.keys(), results))
-            for i, k in zip(idx, keys):
-                per_point[i] += [Problem(r["key"], UNSET, r["rule"], VERL_FIX) for r in by_key[k]]
-        verl_s = time.perf_counter() - t1
+    distinct = _verl_problems(plains, per_point) if not any(per_point) else 0
     last_timing.clear()
-    last_timing.update({"resolve_s": t_res - t0, "own_s": t1 - t_res, "verl_s": verl_s, "verl_configs": distinct,
-                        "total_s": time.perf_counter() - t0, "points": len(prepared)})
+    last_timing.update({"resolve_s": t_res - t0, "own_s": t1 - t_res, "verl_s": time.perf_counter() - t1 if distinct else 0.0,
+                        "verl_configs": distinct, "total_s": time.perf_counter() - t0, "points": len(prepared)})
     report(prepared, per_point)
+
+
+def _own_problems(p: Any, cfg: dict, where: dict[str, Any]) -> list[Problem]:
+    """Layers 1 and 3 for one point (rules, then files, reward and secrets when verl's trainer runs).
+
+    ``where``: the target and the secret names of the cluster, found once per check (on first need).
+    """
+    probs = config_problems(cfg)
+    if not (runs_verl_trainer(cfg) and get_key(cfg, "rayjobs.kind", "verl") == "verl"):
+        return probs
+    if not where:
+        from rayjobs import settings
+
+        where["target"] = target = settings.resolve_target(get_key(cfg, "rayjobs.address"))
+        where["names"] = _secret_names(target.embedded)
+        if not target.embedded:
+            note("remote cluster: data files and model dirs on its storage are not visible from here "
+                 "(verl checks them on the cluster when the job starts)")
+    return probs + runtime_problems(cfg, where["names"] or None, str(p.spec.runtime_env.get("working_dir", os.getcwd())),
+                                    files_visible=where["target"].embedded)
+
+
+def _verl_problems(plains: list[dict], per_point: list[list[Problem]]) -> int:
+    """Layer 2: verl's own validation, once per distinct projection; the number of configs validated."""
+    from rayjobs.preflight import helper, verlcheck
+
+    idx = [i for i, d in enumerate(plains) if get_key(d, "rayjobs.kind", "verl") == "verl"]
+    if not idx:
+        return 0
+    keys = [verl_projection(plains[i]) for i in idx]
+    first: dict[str, int] = {}
+    for i, k in zip(idx, keys):
+        first.setdefault(k, i)
+    configs = [{k: v for k, v in plains[i].items() if k != "rayjobs"} for i in first.values()]
+    results, why = helper.validate(configs)
+    if results is None:
+        note(f"verl's own validation did not run ({why}); only rayjobs' own checks ran (batch sizes, micro-batches, "
+             f"rollout backend, estimator, critic, paths, reward), and verl validates again in the job's "
+             f"driver before it allocates GPUs. To run it here: {verlcheck.INSTALL_HINT}")
+        return len(first)
+    by_key = dict(zip(first.keys(), results))
+    for i, k in zip(idx, keys):
+        per_point[i] += [Problem(r["key"], UNSET, r["rule"], VERL_FIX) for r in by_key[k]]
+    return len(first)
 
 
 def _secret_names(embedded: bool) -> set[str]:
@@ -149,130 +162,21 @@ def report(prepared: Sequence[Any], per_point: list[list[Problem]]) -> None:
     raise ConfigError(lines[-1])
 
 
-# =========================================================================== with the live cluster
-def _version_tuple(v: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in re.findall(r"\d+", v)[:3])
 
 
-def fits(groups: Sequence[int], nodes: Iterable[dict]) -> bool:
-    """Can these GPU groups be placed, each group on one node (STRICT_PACK), with 3 CPUs per GPU?
+def check_cluster(d: "Dashboard", prepared: Sequence[Any]) -> None:
+    """What needs the live cluster, on a real submit: Ray/verl versions (unless
+    ``rayjobs.preflight=false``), per-node GPU fit (always).
 
-    Best fit, largest group first. (Same rule as the queue's admission; the queue's
-    ``rayjobs.oncluster.capacity`` can replace this function one for one.)
+    Raises:
+        ConfigError: a version that does not match, or a job that can never fit (nothing submitted).
     """
-    free = [{"GPU": float(n.get("GPU", 0)), "CPU": float(n.get("CPU", 0))} for n in nodes]
-    for g in sorted(groups, reverse=True):
-        cands = [n for n in free if n["GPU"] >= g and n["CPU"] >= CPUS_PER_GPU * g]
-        if not cands:
-            return False
-        best = min(cands, key=lambda n: (n["GPU"] - g, n["CPU"] - CPUS_PER_GPU * g))
-        best["GPU"] -= g
-        best["CPU"] -= CPUS_PER_GPU * g
-    return True
-
-
-def cluster_nodes(client: Any) -> Optional[list[dict]]:
-    """Per alive node: total and free GPU/CPU, from the dashboard's cluster status."""
-    try:
-        r = client._do_request("GET", "/api/cluster_status?format=0")
-        by_node = r.json()["data"]["clusterStatus"]["loadMetricsReport"]["usageByNode"]
-    except Exception:
-        return None
-    out = []
-    for usage in by_node.values():
-        gu, gt = usage.get("GPU", [0.0, 0.0])
-        cu, ct = usage.get("CPU", [0.0, 0.0])
-        out.append({"total": {"GPU": gt, "CPU": ct}, "free": {"GPU": gt - gu, "CPU": ct - cu}})
-    return out
-
-
-def check_cluster(client: Any, prepared: Sequence[Any], target: Any = None) -> None:
-    """Checks that need the live cluster: Ray/verl versions, per-node fit. Raises ConfigError."""
-    if not prepared or not _enabled(prepared):
+    if not prepared:
         return
-    from importlib.metadata import version
+    from rayjobs.preflight import livecluster
 
-    from rayjobs import settings
-    from rayjobs.client import dashboard
-
-    problems: list[Problem] = []
-    cluster_ray = str(dashboard.dashboard_version(client).get("ray_version") or "")
-    mine = version("ray")
-    if cluster_ray:
-        a, b = _version_tuple(mine), _version_tuple(cluster_ray)
-        if a[:1] != b[:1] or b < (2, 52):
-            problems.append(Problem("ray", cluster_ray, f"the cluster runs Ray {cluster_ray}, this client Ray {mine}; rayjobs "
-                                                        f"needs the same major version and >= 2.52 (token auth)",
-                                    f"pip install 'ray[default]=={cluster_ray}' here, or upgrade the cluster image"))
-        elif a[:2] != b[:2]:
-            note(f"the cluster runs Ray {cluster_ray}, this client Ray {mine} (minor versions differ; usually fine)")
-    embedded = target is None or getattr(target, "embedded", False) or getattr(target, "source", "") == "embedded"
-    if not embedded:
-        rec = settings.remembered_cluster()
-        theirs = str(rec.get("verl") or rec.get("verl_version") or (rec.get("versions") or {}).get("verl") or "")
-        ours = verl_facts()["version"]
-        if theirs and _version_tuple(theirs)[:2] != _version_tuple(ours)[:2]:
-            problems.append(Problem("verl", theirs, f"the cluster runs verl {theirs} but the config was composed and checked "
-                                                    f"against verl {ours} here (their config keys differ)",
-                                    f"pip install --no-deps verl=={theirs} here (or rebuild the cluster image with {ours})"))
-        elif not theirs:
-            note("the cluster record has no verl version: the client/cluster verl match is not checked")
-    per_point = [list(problems) for _ in prepared]
-    fit = _fit_problems(client, prepared)
-    for i, pr in fit:
-        per_point[i].append(pr)
-    report(prepared, per_point)
-
-
-def _verdict(groups: list[int], nodes: list[dict]) -> tuple[str, str]:
-    """("fits" | "wait" | "never", reason), from the queue's ``rayjobs.oncluster.capacity`` when present."""
-    try:
-        from rayjobs.oncluster import capacity
-    except ImportError:
-        capacity = None
-    if capacity is not None:
-        cn = capacity.nodes_from_ray({str(i): n["total"] for i, n in enumerate(nodes)},
-                                     {str(i): n["free"] for i, n in enumerate(nodes)})
-        v = capacity.fit(groups, cn)
-        return v.state, v.reason
-    shape = ", ".join(f"{n['total']['GPU']:g} GPU + {n['total']['CPU']:g} CPU" for n in nodes)
-    if not fits(groups, [n["total"] for n in nodes]):
-        return "never", f"needs GPU groups {groups} (each on one node, {CPUS_PER_GPU} CPUs per GPU); the cluster: {shape}"
-    if not fits(groups, [n["free"] for n in nodes]):
-        free = ", ".join(f"{n['free']['GPU']:g} GPU + {n['free']['CPU']:g} CPU" for n in nodes)
-        return "wait", f"needs GPU groups {groups}; free now: {free}"
-    return "fits", ""
-
-
-def _fit_problems(client: Any, prepared: Sequence[Any]) -> list[tuple[int, Problem]]:
-    demands = []
-    for p in prepared:
-        try:
-            demands.append([int(g) for g in json.loads(p.spec.metadata.get("gpu_groups", "[]")) if int(g) > 0])
-        except ValueError:
-            demands.append([])
-    if not any(demands):
-        return []
-    nodes = cluster_nodes(client)
-    if nodes is None:
-        note("could not read the cluster's nodes: per-node fit not checked")
-        return []
-    if sum(n["total"]["GPU"] for n in nodes) == 0:  # a CPU-only dev/test cluster (the queue's check says so)
-        if importlib.util.find_spec("rayjobs.oncluster.capacity") is None:
-            note("the cluster declares no GPUs (a CPU-only dev/test cluster): GPU fit not checked")
-        return []
-    out: list[tuple[int, Problem]] = []
-    waiting = []
-    for i, (p, groups) in enumerate(zip(prepared, demands)):
-        if not groups:
-            continue
-        state, reason = _verdict(groups, nodes)
-        # "Can never fit" is refused by the queue's check in submit.send, from the state API's node
-        # list; /api/cluster_status, read here, lags a node that just joined by seconds, so it
-        # only informs the "waits in the queue" note and never refuses a job.
-        if state == "wait":
-            waiting.append(reason)
-    if waiting and not out:
-        note(f"{len(waiting)} of {len(prepared)} job(s) do not fit the free capacity now and wait in the queue "
-             f"(first: {waiting[0]})")
-    return out
+    if _enabled(prepared):
+        problems = livecluster.version_problems(d)
+        report(prepared, [list(problems) for _ in prepared])
+    # Not a preflight option: a job that can never fit would wait in the queue forever.
+    livecluster.check_fit(d, prepared)

@@ -1,7 +1,9 @@
-"""What a job reads on the cluster: data files, model dirs, the reward function, secrets by name.
+"""What a job reads on the cluster: data files, model dirs, the reward function (and, through
+:mod:`rayjobs.preflight.secretnames`, the secrets its loggers need).
 
-Layer 3 of :mod:`rayjobs.preflight.checks`: run here when the cluster's storage is local (the embedded
-cluster); for a remote cluster, on the cluster (:mod:`rayjobs.preflight.verlcheck`).
+Layer 3 of :mod:`rayjobs.preflight.checks`: the files are checked here when the cluster's storage
+is visible from here (the embedded cluster); for a remote cluster, verl checks them on the
+cluster when the job starts, before it allocates any GPU.
 """
 
 from __future__ import annotations
@@ -12,11 +14,13 @@ import os
 from pathlib import Path
 from typing import Any, Optional
 
+from rayjobs.preflight.keys import as_list, get_key, model_keys, path_kind, runs_verl_trainer
+from rayjobs.preflight.problem import Problem, note
+from rayjobs.preflight.secretnames import secret_problems
+from rayjobs.preflight.verlfacts import reward_known, verl_facts
 from rayjobs.submit.configcache import plain
-from rayjobs.preflight.rules import (LOGGER_SECRETS, Problem, as_list, get_key, model_keys, note, path_kind, reward_known,
-                           runs_verl_trainer, verl_facts)
 
-# =========================================================================== layer 3: files and environment
+
 def custom_reward(cfg: Any) -> tuple[str, Optional[str], str]:
     """(key, path, function name) of the custom reward function, verl 0.9.1's key first."""
     for base in ("reward.custom_reward_function", "custom_reward_function"):
@@ -154,49 +158,3 @@ def _column_values_cached(path: str, column: str, _mtime: int, _size: int) -> Op
     except Exception as e:
         note(f"could not read {path}: {type(e).__name__}")
         return None
-
-
-def secret_problems(cfg: Any, env_names: set[str]) -> list[Problem]:
-    out = []
-    env = {str(k): str(v) for k, v in (get_key(cfg, "rayjobs.env") or {}).items()}
-    for name in as_list(get_key(cfg, "trainer.logger")):
-        if name in LOGGER_SECRETS:
-            secret, mode_var, off = LOGGER_SECRETS[name]
-            if env.get(mode_var, "").lower() in off or secret in env_names:
-                continue
-            out.append(Problem("trainer.logger", get_key(cfg, "trainer.logger"),
-                               f"{name} needs {secret} in the cluster's environment and the cluster has none (verl fails "
-                               f"at {name}.init, after the GPUs are up)",
-                               f"put {secret} into the cluster's environment (bootstrap secrets), or drop {name}: "
-                               f"trainer.logger=[console]"))
-    return out
-
-
-def cluster_env_names(embedded_cluster: bool) -> Optional[set[str]]:
-    """Names (never values) of the environment the cluster's jobs get; None if unknown.
-
-    Embedded cluster: read from the head's processes (or, before it starts, this process's
-    environment, which it will inherit). Remote cluster: the ``secrets`` list of the cluster record
-    that ``rayjobs up``/``connect`` saved (the bootstrap's readiness record lists secret names).
-    """
-    from rayjobs import settings
-
-    if embedded_cluster:
-        import json
-
-        from rayjobs.client import embedded
-
-        try:  # the record on disk, not a request to the head: dry-run touches no cluster
-            rec = json.loads(embedded.record_file().read_text())
-        except (OSError, ValueError):
-            rec = {}
-        for pid in rec.get("pids", []):
-            try:
-                raw = Path(f"/proc/{pid}/environ").read_bytes()
-            except OSError:
-                continue
-            return {kv.split(b"=", 1)[0].decode(errors="replace") for kv in raw.split(b"\0") if b"=" in kv}
-        return set(os.environ)
-    rec = settings.remembered_cluster()
-    names = rec.get("secrets", rec.get("secret_names"))
-    return set(names) if isinstance(names, list) else None

@@ -2,7 +2,7 @@
 
 ``import verl`` pulls in torch, tensordict, transformers and datasets (6-11 s on a 2-core laptop),
 far over the one-second budget of a submit. The first submit that needs verl's validation starts
-this helper (``python -m rayjobs.preflight.verlcheck serve SOCKET``, detached), which imports verl once
+this helper (``python -m rayjobs.preflight.helper serve SOCKET``, detached), which imports verl once
 and answers requests on a private unix socket in ``/tmp/rayjobs-<uid>/`` (a 0700 dir, shared by
 every ``$RAYJOBS_HOME`` of one user); later submits get an answer in ~0.1 s per distinct config.
 The helper exits by itself after ``$RAYJOBS_PREFLIGHT_IDLE_S`` (900 s) without requests, when its
@@ -156,7 +156,7 @@ def _start_helper(path: Path, start_timeout: float) -> Optional[str]:
         env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
                    VERL_USE_EXTERNAL_PLUGINS="none", PYTHONUNBUFFERED="1")
         with open(log, "w") as out:
-            proc = subprocess.Popen([sys.executable, "-m", "rayjobs.preflight.verlcheck", "serve", str(path)],
+            proc = subprocess.Popen([sys.executable, "-m", "rayjobs.preflight.helper", "serve", str(path)],
                                     stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                     env=env, start_new_session=True, close_fds=True)
         deadline = time.monotonic() + start_timeout
@@ -215,3 +215,86 @@ def stop_helper() -> bool:
     with contextlib.suppress(OSError):
         pid_file.unlink()
     return True
+
+
+# --------------------------------------------------------------------------- status (rayjobs local status)
+def _helper_pids() -> list[int]:
+    """PIDs of the live warm preflight helpers of this user.
+
+    Read from their PID files and /proc, not by pinging the socket: any request resets the
+    helper's idle timer, and a status command must not keep it alive.
+    """
+    pids = []
+    for pid_file in sorted(state_dir().glob("verl-*.pid")):
+        try:
+            pid = int(pid_file.read_text())
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, ValueError, IndexError):
+            continue  # gone (a PID file left by a killed helper)
+        # The PID may have been reused: it is the helper only if it serves this very socket.
+        if state != "Z" and b"rayjobs.preflight.helper" in argv and str(pid_file.with_suffix(".sock")).encode() in argv:
+            pids.append(pid)
+    return pids
+
+
+def _kib(pid: int, key: str, name: str) -> int:
+    """``key`` (in kB) from /proc/PID/NAME; 0 if unreadable."""
+    try:
+        for line in Path(f"/proc/{pid}/{name}").read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def _memory_mb(pid: int) -> int:
+    """Memory of the helper and its forked validation workers (PSS: shared pages counted once)."""
+    family, kids = [pid], {}
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                kids.setdefault(int((p / "stat").read_text().rsplit(")", 1)[1].split()[1]), []).append(int(p.name))
+            except (OSError, ValueError, IndexError):
+                continue
+    for member in family:
+        family.extend(kids.get(member, []))
+    kib = sum(_kib(m, "Pss", "smaps_rollup") or _kib(m, "VmRSS", "status") for m in family)
+    return round(kib / 1024)
+
+
+def _idle_s(pid: int) -> str:
+    """The idle timeout the helper runs with (its own environment, else verlhelper's default)."""
+    try:
+        env = dict(kv.split(b"=", 1) for kv in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") if b"=" in kv)
+    except OSError:
+        env = {}
+    value: Optional[bytes] = env.get(IDLE_ENV.encode())
+    return value.decode(errors="replace") if value else "900"
+
+
+def status_line() -> str:
+    """One line saying whether the warm preflight helper runs (PID, memory, idle timeout)."""
+    try:
+        pids = _helper_pids()
+    except OSError:
+        pids = []
+    if not pids:
+        return "rayjobs: the warm preflight helper is not running"
+    each = "; ".join(f"pid {p}, ~{_memory_mb(p)} MB, exits after {_idle_s(p)} s idle" for p in pids)
+    return f"rayjobs: the warm preflight helper ({each}) is running"
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    """``python -m rayjobs.preflight.helper serve SOCKET``: the helper process (started by :func:`validate`)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["serve"] and len(argv) == 2:
+        serve(Path(argv[1]))
+        return 0
+    print("usage: python -m rayjobs.preflight.helper serve SOCKET  (the warm helper; started by rayjobs)", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -2,189 +2,23 @@
 
 What verl only finds once the GPUs are allocated (rollout backend, advantage estimator, critic for
 GAE, batch sizes against the GPU count, parallel sizes, loggers, path forms), checked on the
-laptop. The pinned verl's facts (rollout registry, estimators, loggers, reward data sources) are
-read from its installed *source files*, never by importing it. Every failure is one
-:class:`Problem` line (key, value, rule, fix). Layer 1 of :mod:`rayjobs.preflight.checks`.
+laptop against the pinned verl's facts (:mod:`rayjobs.preflight.verlfacts`). Every failure is one
+:class:`~rayjobs.preflight.problem.Problem` line (key, value, rule, fix). Layer 1 of
+:mod:`rayjobs.preflight.checks`.
 """
 
 from __future__ import annotations
 
-import ast
-import functools
-import json
 import math
-import re
-import sys
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from rayjobs.errors import closest
+from rayjobs.preflight.keys import as_list, get_key, int_key, model_keys, need_critic, need_reference_policy, path_kind
+from rayjobs.preflight.problem import Problem
+from rayjobs.preflight.verlfacts import verl_facts
 from rayjobs.submit.configcache import plain
 
-VERL_FIX = "change the key(s) verl names (or skip every check with rayjobs.preflight=false)"
-UNSET = object()
-#: Secrets a logger backend needs in the cluster's environment, unless disabled by a mode variable.
-LOGGER_SECRETS = {"wandb": ("WANDB_API_KEY", "WANDB_MODE", ("offline", "disabled", "dryrun")),
-                  "swanlab": ("SWANLAB_API_KEY", "SWANLAB_MODE", ("offline", "local", "disabled"))}
-CPUS_PER_GPU = 3  #: verl's bundle is {"GPU": 1, "CPU": 3} (max_colocate_count)
-_NOTES: set[str] = set()
 
-
-@dataclass(frozen=True)
-class Problem:
-    """One failed rule: ``key=value: rule; fix: fix``."""
-
-    key: str
-    value: Any
-    rule: str
-    fix: str
-
-    def line(self) -> str:
-        shown = "" if self.value is UNSET or self.value is None and self.key.startswith("(") else f"={_show(self.value)}"
-        return f"{self.key}{shown}: {self.rule}; fix: {self.fix}"
-
-
-def _show(v: Any) -> str:
-    if isinstance(v, str):
-        return repr(v)
-    return json.dumps(v, default=str) if isinstance(v, (list, dict)) else str(v)
-
-
-def note(msg: str) -> None:
-    """Print a preflight note once per process."""
-    if msg not in _NOTES:
-        _NOTES.add(msg)
-        print(f"rayjobs: preflight: {msg}", file=sys.stderr)
-
-
-# =========================================================================== verl facts (source, no import)
-def _verl_root() -> Optional[Path]:
-    try:
-        from rayjobs.submit.compose import verl_config_dir
-
-        return verl_config_dir().parent.parent
-    except Exception:
-        return None
-
-
-def _read(rel: str) -> str:
-    root = _verl_root()
-    try:
-        return (root / rel).read_text() if root else ""
-    except OSError:
-        return ""
-
-
-@functools.lru_cache(maxsize=1)
-def verl_facts() -> dict[str, Any]:
-    """Names the pinned verl accepts, parsed from its source (fallback: verl 0.9.1's values)."""
-    base = _read("workers/rollout/base.py")
-    backends = sorted(set(re.findall(r'\(\s*"(\w+)"\s*,\s*"async"\s*\)\s*:', base))) or ["sglang", "trtllm", "vllm"]
-    algos = _read("trainer/ppo/core_algos.py")
-    enum = dict((k, v) for k, v in re.findall(r'^\s+([A-Z_]+)\s*=\s*"([\w-]+)"', algos.split("ADV_ESTIMATOR_REGISTRY")[0], re.M))
-    est = {enum.get(a, a) if a else b for a, b in re.findall(r'@register_adv_est\(\s*(?:AdvantageEstimator\.(\w+)|"([\w-]+)")', algos)}
-    est = sorted(est) or ["gae", "gdpo", "gpg", "grpo", "grpo_passk", "grpo_vectorized", "opo", "optimal_token_baseline",
-                          "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "rloo", "rloo_vectorized",
-                          "tir_optimal_token_baseline"]
-    m = re.search(r"supported_backend\s*=\s*\[(.*?)\]", _read("utils/tracking.py"), re.S)
-    loggers = re.findall(r'"(\w+)"', m.group(1)) if m else ["wandb", "mlflow", "swanlab", "vemlp_wandb", "tensorboard",
-                                                             "console", "clearml", "trackio", "file", "rl_insight"]
-    exact, prefixes = _reward_sources(_read("utils/reward_score/__init__.py"))
-    from rayjobs.submit.compose import verl_version
-
-    return {"version": verl_version(), "rollout": backends, "estimators": est, "loggers": loggers,
-            "reward_exact": exact, "reward_prefixes": prefixes}
-
-
-def _reward_sources(src: str) -> tuple[frozenset, tuple]:
-    """data_source values ``default_compute_score`` handles: exact names and prefixes (from its AST)."""
-    exact: set[str] = set()
-    prefixes: list[str] = []
-    try:
-        tree = ast.parse(src)
-        fn = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "default_compute_score")
-        for n in ast.walk(fn):
-            if isinstance(n, ast.Compare) and isinstance(n.left, ast.Name) and n.left.id == "data_source":
-                for op, right in zip(n.ops, n.comparators):
-                    if isinstance(op, ast.Eq) and isinstance(right, ast.Constant):
-                        exact.add(right.value)
-                    elif isinstance(op, ast.In) and isinstance(right, (ast.List, ast.Tuple, ast.Set)):
-                        exact.update(e.value for e in right.elts if isinstance(e, ast.Constant))
-            elif (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "startswith"
-                  and isinstance(n.func.value, ast.Name) and n.func.value.id == "data_source" and n.args
-                  and isinstance(n.args[0], ast.Constant)):
-                prefixes.append(n.args[0].value)
-    except (SyntaxError, StopIteration):
-        pass
-    if not exact:
-        exact = {"openai/gsm8k", "lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval", "HuggingFaceH4/MATH-500",
-                 "math_dapo", "math", "math_dapo_reasoning", "codecontests", "apps", "codeforces", "taco",
-                 "hiyouga/geometry3k"}
-        prefixes = ["aime"]
-    return frozenset(exact), tuple(prefixes)
-
-
-def reward_known(data_source: str) -> bool:
-    f = verl_facts()
-    return data_source in f["reward_exact"] or any(data_source.startswith(p) for p in f["reward_prefixes"])
-
-
-# =========================================================================== config helpers
-def get_key(cfg: Any, key: str, default: Any = None) -> Any:
-    """Value at dotted ``key`` of a resolved plain config (``"???"`` = mandatory and unset)."""
-    cur = cfg
-    for part in key.split("."):
-        if isinstance(cur, dict) and part in cur:
-            cur = cur[part]
-        else:
-            return default
-    return cur
-
-
-def _int(cfg: Any, key: str, default: int = 0) -> Optional[int]:
-    v = get_key(cfg, key, default)
-    return v if isinstance(v, int) and not isinstance(v, bool) else None
-
-
-def need_critic(cfg: Any) -> bool:
-    """verl's ``need_critic``: ``critic.enable`` if set, else GAE."""
-    enable = get_key(cfg, "critic.enable")
-    return bool(enable) if enable is not None else get_key(cfg, "algorithm.adv_estimator") == "gae"
-
-
-def need_reference_policy(cfg: Any) -> bool:
-    return bool(get_key(cfg, "algorithm.use_kl_in_reward", False) or get_key(cfg, "actor_rollout_ref.actor.use_kl_loss", False))
-
-
-def runs_verl_trainer(cfg: Any) -> bool:
-    """True when the job's entrypoint is verl's trainer (which reads data/model/reward at run time)."""
-    return "verl.trainer.main_ppo" in str(get_key(cfg, "rayjobs.entrypoint", "python3 -m verl.trainer.main_ppo"))
-
-
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
-
-
-def path_kind(value: str) -> str:
-    """``absolute`` | ``url`` (hdfs://, pkg://...) | ``hub`` (org/name) | ``home`` (~) | ``relative``."""
-    if value.startswith("/"):
-        return "absolute"
-    if "://" in value:
-        return "url"
-    if value.startswith("~"):
-        return "home"
-    if _HUB_ID.match(value) and not value.startswith((".", "..")):
-        return "hub"
-    return "relative"
-
-
-def as_list(v: Any) -> list[str]:
-    if v is None or v == "???":
-        return []
-    return [str(x) for x in v] if isinstance(v, (list, tuple)) else [str(v)]
-
-
-# =========================================================================== layer 1: rayjobs' own rules
 def config_problems(cfg: Any) -> list[Problem]:
     """rayjobs' own rules on one composed verl config (pure, no I/O, no torch)."""
     cfg = plain(cfg)
@@ -199,7 +33,7 @@ def config_problems(cfg: Any) -> list[Problem]:
 def _topology(cfg: Any) -> list[Problem]:
     out = []
     for key in ("trainer.nnodes", "trainer.n_gpus_per_node"):
-        v = _int(cfg, key)
+        v = int_key(cfg, key)
         if v is None or v < 1:
             out.append(Problem(key, get_key(cfg, key), "must be an integer >= 1 (verl asks for [n_gpus_per_node] * nnodes GPUs)",
                                f"set {key} to the per-node GPU groups the job needs, e.g. {key}=1"))
@@ -263,8 +97,8 @@ def _one_of(cfg: Any, section: str, a: str, b: str) -> list[Problem]:
 
 
 def _batch_sizes(cfg: Any) -> list[Problem]:
-    nn, gp = _int(cfg, "trainer.nnodes"), _int(cfg, "trainer.n_gpus_per_node")
-    tbs, rn = _int(cfg, "data.train_batch_size"), _int(cfg, "actor_rollout_ref.rollout.n")
+    nn, gp = int_key(cfg, "trainer.nnodes"), int_key(cfg, "trainer.n_gpus_per_node")
+    tbs, rn = int_key(cfg, "data.train_batch_size"), int_key(cfg, "actor_rollout_ref.rollout.n")
     out: list[Problem] = []
     if tbs is None or tbs < 1:
         return [Problem("data.train_batch_size", get_key(cfg, "data.train_batch_size"), "must be an integer >= 1", "set data.train_batch_size")]
@@ -298,15 +132,15 @@ def _batch_sizes(cfg: Any) -> list[Problem]:
 
 def _mini(cfg: Any, section: str, tbs: int, rn: int, n_gpus: int, strategy: str) -> list[Problem]:
     key = f"{section}.ppo_mini_batch_size"
-    mini = _int(cfg, key)
+    mini = int_key(cfg, key)
     if mini is None or mini < 1:
         return [Problem(key, get_key(cfg, key), "must be an integer >= 1", f"set {key}")]
     if tbs < mini:
         return [Problem(key, mini, f"is larger than data.train_batch_size={tbs} (a step must hold at least one mini-batch)",
                         f"set {key} <= {tbs}, or raise data.train_batch_size")]
     if strategy in ("fsdp", "fsdp2"):
-        sp = max(_int(cfg, f"{section}.ulysses_sequence_parallel_size", 1) or 1,
-                 _int(cfg, f"{section}.fsdp_config.ulysses_sequence_parallel_size", 1) or 1)
+        sp = max(int_key(cfg, f"{section}.ulysses_sequence_parallel_size", 1) or 1,
+                 int_key(cfg, f"{section}.fsdp_config.ulysses_sequence_parallel_size", 1) or 1)
         if n_gpus % sp:
             return [Problem(f"{section}.ulysses_sequence_parallel_size", sp, f"does not divide the GPU count {n_gpus}",
                             "use a sequence-parallel size that divides nnodes x n_gpus_per_node")]
@@ -321,9 +155,9 @@ def _mini(cfg: Any, section: str, tbs: int, rn: int, n_gpus: int, strategy: str)
 
 
 def _parallel(cfg: Any) -> list[Problem]:
-    nn, gp = _int(cfg, "trainer.nnodes"), _int(cfg, "trainer.n_gpus_per_node")
+    nn, gp = int_key(cfg, "trainer.nnodes"), int_key(cfg, "trainer.n_gpus_per_node")
     key = "actor_rollout_ref.rollout.tensor_model_parallel_size"
-    tp = _int(cfg, key, 1)
+    tp = int_key(cfg, key, 1)
     if not nn or not gp or tp is None:
         return []
     n = nn * gp
@@ -354,13 +188,6 @@ def _loggers(cfg: Any) -> list[Problem]:
                                f"{name!r} is not a logger backend of verl {facts['version']} (it fails when training starts)",
                                f"use some of {', '.join(facts['loggers'])}" + (f" (did you mean {best[0]}?)" if best else "")))
     return out
-
-
-def model_keys(cfg: Any) -> list[str]:
-    keys = ["actor_rollout_ref.model.path", "actor_rollout_ref.model.tokenizer_path"]
-    if need_critic(cfg):
-        keys += ["critic.model.path", "critic.model.tokenizer_path"]
-    return keys
 
 
 def _path_forms(cfg: Any) -> list[Problem]:

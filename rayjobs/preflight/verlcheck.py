@@ -1,4 +1,4 @@
-"""verl's own validation, run where verl imports: a warm helper process on the client, or the cluster.
+"""verl's own validation, run where verl imports: in the warm helper process on the client.
 
 ``import verl`` pulls in torch, tensordict, transformers and datasets (6-11 s on a 2-core laptop),
 far over the one-second budget of a submit. So the client never imports verl itself: the first
@@ -11,11 +11,8 @@ Per config it runs exactly what verl 0.9.1's ``main()`` runs in the driver befor
 rollout workers (``mode=sync``, EP/TP/PP rules). The critic's ``HFModelConfig`` loads the model's
 HF config and tokenizer: a local directory that exists here is used as is; a hub id or a path that
 only exists on the cluster is replaced by a tiny stub model (config.json + a 64-token tokenizer, no
-weights), so the batch-size rules are still checked offline and the model itself is not.
-
-On the cluster (``python -m rayjobs.preflight.verlcheck check -- OVERRIDES``) the same validation runs
-on the verl overrides of a job, plus the checks of :mod:`rayjobs.preflight.checks` that need the
-cluster's files and environment (data files, model dirs, reward per data_source, secrets).
+weights), so the batch-size rules are still checked offline and the model itself is not. On the
+cluster, verl runs the same validation itself in the job's driver before it allocates any GPU.
 """
 
 from __future__ import annotations
@@ -27,7 +24,6 @@ import io
 import json
 import os
 import re
-import sys
 import warnings
 from pathlib import Path
 from typing import Optional
@@ -187,50 +183,3 @@ class Validator:
     def close(self) -> None:
         if self.pool is not None:
             self.pool.shutdown(wait=False, cancel_futures=True)
-
-
-# =========================================================================== on the cluster
-def check_overrides(overrides: list[str]) -> list[str]:
-    """Cluster-side preflight of a job's verl overrides: verl's validation + file/env checks."""
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
-
-    from rayjobs.submit import compose as rc
-    from rayjobs.preflight.clusterfiles import runtime_problems
-    from rayjobs.preflight.rules import UNSET, VERL_FIX, Problem
-
-    with initialize_config_dir(config_dir=str(rc.verl_config_dir()), version_base=None):
-        cfg = compose(config_name="ppo_trainer", overrides=list(overrides))
-    OmegaConf.resolve(cfg)
-    plain = OmegaConf.to_container(cfg, resolve=True)
-    from rayjobs.preflight.helper import validate
-
-    results, why = validate([plain])  # the warm helper, shared by the jobs of this node
-    if results is None:
-        print(f"[rayjobs] preflight: verl's own validation did not run ({why})", file=sys.stderr)
-    lines = [Problem(p["key"], UNSET, p["rule"], VERL_FIX).line() for p in (results or [[]])[0]]
-    lines += [p.line() for p in runtime_problems(cfg, env_names=set(os.environ), working_dir=os.getcwd())]
-    return lines
-
-
-def main(argv: Optional[list[str]] = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["serve"] and len(argv) == 2:  # the helper's command line (rayjobs.preflight.helper)
-        from rayjobs.preflight.helper import serve
-
-        serve(Path(argv[1]))
-        return 0
-    if argv[:1] == ["check"]:
-        rest = argv[1:]
-        if rest[:1] == ["--"]:
-            rest = rest[1:]
-        lines = check_overrides(rest)
-        for ln in lines:
-            print(f"[rayjobs] preflight: {ln}", file=sys.stderr, flush=True)
-        return 2 if lines else 0
-    print("usage: python -m rayjobs.preflight.verlcheck (serve SOCKET | check -- VERL_OVERRIDES...)", file=sys.stderr)
-    return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

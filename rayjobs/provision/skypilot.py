@@ -17,17 +17,19 @@ SkyPilot is imported only inside ``up``/``down`` (it takes seconds to import).
 from __future__ import annotations
 
 import os
-import secrets as _secrets
 import sys
 from pathlib import Path
 from typing import Any, Optional
 
 from rayjobs import settings
 from rayjobs.errors import ConfigError, RayjobsError, did_you_mean
+from rayjobs.provision import tunnel
+from rayjobs.provision.clusterdir import DEFAULT_NAME, ClusterError, cluster_dir, local_token
+
+__all__ = ["DEFAULT_NAME", "ClusterError", "up", "down", "parse_params", "build_task", "task_config", "local_token",
+           "cluster_dir"]
 
 BOOTSTRAP = Path(__file__).resolve().parents[2] / "bootstrap"
-DEFAULT_NAME = "rayjobs"
-REMOTE_DASHBOARD_PORT = 8265
 #: `rayjobs up` parameters (key=value) -> what they set.
 UP_KEYS = {
     "infra": "resources.infra (k8s, aws, gcp/us-central1, ...)",
@@ -44,10 +46,6 @@ UP_KEYS = {
     "storage": "the storage root path on the nodes (/mnt/rayjobs)",
     "join_timeout": "seconds the head waits for every node before failing",
 }
-
-
-class ClusterError(RayjobsError):
-    """Provisioning, bootstrap or tunnel failure (one line: what failed and what to run)."""
 
 
 # --------------------------------------------------------------------------- task
@@ -153,28 +151,6 @@ def sentinel_task(idle_minutes: int, workdir: Optional[str] = None) -> Any:
     return sky.Task.from_yaml_config(cfg)
 
 
-# --------------------------------------------------------------------------- local state
-def cluster_dir(name: str) -> Path:
-    return settings.home() / "clusters" / name
-
-
-def _write_secret(path: Path, value: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".new")
-    tmp.unlink(missing_ok=True)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    os.write(fd, value.encode())
-    os.close(fd)
-    os.replace(tmp, path)
-
-
-def local_token(name: str, create: bool = False) -> Optional[Path]:
-    path = cluster_dir(name) / "auth_token"
-    if not path.exists() and create:
-        _write_secret(path, _secrets.token_hex(32))
-    return path if path.exists() else None
-
-
 def _sky() -> Any:
     try:
         import sky
@@ -198,8 +174,6 @@ def _sky_call(what: str, name: str, fn: Any, *args: Any, **kw: Any) -> Any:
 # --------------------------------------------------------------------------- up / down
 def up(name: str, params: dict[str, str], out: Any = None, sdk: Any = None) -> dict[str, Any]:
     """Launch (or re-bootstrap) the cluster, wait until it is complete, start the sentinel, connect."""
-    from rayjobs.provision import tunnel  # it imports this module
-
     out = out or sys.stderr
     sky = sdk or _sky()
     params = dict(params)
@@ -209,7 +183,7 @@ def up(name: str, params: dict[str, str], out: Any = None, sdk: Any = None) -> d
     token = local_token(name)
     if token is None:
         try:  # a cluster someone else started: keep its token (a new one would lock its Ray out)
-            tunnel._remote_state(name)
+            tunnel.remote_state(name)
             token = local_token(name)
         except ClusterError:
             token = None
@@ -257,8 +231,6 @@ class _Tee:
 
 def down(name: str, out: Any = None, sdk: Any = None) -> None:
     """Close the tunnel, forget the cluster, tear it down with SkyPilot (the bucket stays)."""
-    from rayjobs.provision import tunnel
-
     out = out or sys.stderr
     rec = settings.remembered_cluster()
     if rec.get("name") == name:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from rayjobs import settings
-from rayjobs.provision.skypilot import DEFAULT_NAME, REMOTE_DASHBOARD_PORT, ClusterError, _write_secret, cluster_dir
+from rayjobs.provision.clusterdir import DEFAULT_NAME, REMOTE_DASHBOARD_PORT, ClusterError, cluster_dir, write_secret
 
 
 def _ssh_config(name: str) -> Optional[str]:
@@ -37,7 +37,7 @@ def _ssh(name: str, *extra: str) -> list[str]:
     return cmd + ["-o", "BatchMode=yes", "-o", "ConnectTimeout=20", *extra, name]
 
 
-def _remote_state(name: str) -> dict[str, Any]:
+def remote_state(name: str) -> dict[str, Any]:
     """The head's readiness record, and its token stored locally (one SSH round trip)."""
     node_dir = os.environ.get("RAYJOBS_REMOTE_NODE_DIR", "~/.rayjobs/node")
     script = f'd={node_dir}; cat "$d/ready.json" && echo @@token@@ && cat "$d/auth_token"'
@@ -54,7 +54,7 @@ def _remote_state(name: str) -> dict[str, Any]:
     except ValueError as e:
         raise ClusterError(f"{name}'s readiness record is not JSON: run `rayjobs up` again") from e
     if token.strip():
-        _write_secret(cluster_dir(name) / "auth_token", token.strip())
+        write_secret(cluster_dir(name) / "auth_token", token.strip())
     return rec
 
 
@@ -78,9 +78,9 @@ def _tunnel_alive(tunnel: dict[str, Any]) -> bool:
 
 
 def _dashboard_up(url: str, timeout: float = 2.0) -> bool:
-    from rayjobs.client.embedded import _alive
+    from rayjobs.client.dashboard import Dashboard
 
-    return _alive(url, timeout=timeout)
+    return Dashboard(settings.Target(url, "tunnel"), timeout=timeout).alive()
 
 
 def connect(name: Optional[str] = None, port: Optional[int] = None, out: Any = None,
@@ -96,7 +96,7 @@ def connect(name: Optional[str] = None, port: Optional[int] = None, out: Any = N
         return rec
     if rec.get("name") == name:
         disconnect()
-    state = _remote_state(name)
+    state = remote_state(name)
     local = _free_port(port or REMOTE_DASHBOARD_PORT)
     remote = int(str(state.get("dashboard", "127.0.0.1:8265")).rsplit(":", 1)[-1])
     forward = f"127.0.0.1:{local}:127.0.0.1:{remote}"

@@ -17,13 +17,15 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
-from rayjobs import settings
+from rayjobs.errors import run_cli
 from rayjobs.submit import compose
 from rayjobs.submit.compose import Composed
-from rayjobs.errors import run_cli
 from rayjobs.submit.spec import Context, JobSpec, build_spec, sweep_id
+
+if TYPE_CHECKING:
+    from rayjobs.client.dashboard import Dashboard
 
 USAGE = """usage: python -m rayjobs.submit [-m] +exp=NAME [verl.key=value ...] [rayjobs.key=value ...]
 
@@ -88,11 +90,13 @@ def prepare(points: Sequence[Composed], sweep: bool = False) -> list[Prepared]:
 
 
 def _check_working_dir(wd: str, excludes: list[str], warm_sdk: bool) -> None:
-    from rayjobs.client import dashboard
+    from rayjobs.submit import workingdir
 
-    dashboard.check_working_dir(wd, excludes)
+    workingdir.check(wd, excludes)
     if warm_sdk:
-        import ray.job_submission  # noqa: F401  (send() needs it next)
+        from rayjobs.client import dashboard
+
+        dashboard.warm_up()  # send() needs the Jobs SDK next: import it here, overlapping the checks
 
 
 def run_preflight(prepared: Sequence[Prepared]) -> None:
@@ -115,43 +119,46 @@ def dry_run_report(prepared: Sequence[Prepared]) -> str:
 
 
 def send(prepared: Sequence[Prepared], address: Optional[str] = None) -> list[str]:
-    """The second half: connect, upload the working_dir once, submit all points in parallel, record."""
-    from rayjobs.client import embedded
-    from rayjobs.client import dashboard
+    """The second half of submit: connect, check against the live cluster, submit every point, record.
+
+    The first point's submit uploads the working_dir (Ray's SDK makes a content-addressed
+    package of it); the others, submitted in parallel, name that package by the URI the cluster
+    reports for the first job, so a sweep hashes and uploads its code once.
+    """
+    from rayjobs.client.connection import connect
+    from rayjobs.preflight import checks
+
+    d = connect(address, address_from="rayjobs.address", quiet=False)
+    checks.check_cluster(d, prepared)
+    first, rest = prepared[0], list(prepared[1:])
+    ids = [_submit_one(d, first, None)]
+    if rest:
+        uri = str((d.info(ids[0]).runtime_env or {}).get("working_dir") or "") or None
+        with ThreadPoolExecutor(max_workers=min(16, len(rest))) as pool:
+            ids += list(pool.map(lambda p: _submit_one(d, p, uri), rest))
+    return ids
+
+
+def _submit_one(d: "Dashboard", p: Prepared, package: Optional[str]) -> str:
+    """Submit one point (its working_dir as ``package`` when the cluster has it already) and record it.
+
+    Recorded as soon as it is submitted, in the submitting thread: the YAML work overlaps the other
+    points' requests, and a later point's failure cannot leave this one unrecorded.
+    """
     from rayjobs.submit import ledger
 
-    target = settings.resolve_target(address, "rayjobs.address")
-    if target.embedded:
-        target = embedded.ensure()
-    client = dashboard.client(target)
-    # --- queue (issue 4): refuse, before anything is submitted, a job that can never fit this cluster
-    from rayjobs.views import queuestatus
-
-    queuestatus.refuse_never_fitting(client, prepared, target.address or "")
-    # --- end queue
-    from rayjobs.preflight import checks  # issue 6: checks that need the live cluster (versions, per-node fit)
-
-    checks.check_cluster(client, prepared, target)
-    runtime_env = dashboard.upload_working_dir(client, dict(prepared[0].spec.runtime_env))
-
-    def one(p: Prepared) -> str:
-        kwargs = p.spec.submit_kwargs()
-        kwargs["runtime_env"] = dict(kwargs["runtime_env"], working_dir=runtime_env["working_dir"])
-        jid = dashboard.submit(client, kwargs)
-        # Recorded as soon as it is submitted, in this thread: the YAML work overlaps the other
-        # points' requests (and a later point's failure cannot leave this one unrecorded).
-        ledger.record(
-            {"id": jid, "experiment": p.composed.experiment, "overrides": list(p.composed.overrides),
-             "address": target.address, "cluster": target.key, "sweep": p.spec.metadata.get("sweep", ""),
-             "submitted_at": p.spec.metadata["submitted_at"], "metadata": dict(p.spec.metadata),
-             "entrypoint": p.spec.entrypoint},
-            config_yaml=_yaml(p.composed.cfg),
-        )
-        return jid
-
-    with ThreadPoolExecutor(max_workers=min(16, len(prepared))) as pool:
-        ids = list(pool.map(one, prepared))
-    return ids
+    kwargs = p.spec.submit_kwargs()
+    if package:
+        kwargs["runtime_env"] = dict(kwargs["runtime_env"], working_dir=package)
+    jid = d.submit(kwargs)
+    ledger.record(
+        {"id": jid, "experiment": p.composed.experiment, "overrides": list(p.composed.overrides),
+         "address": d.target.address, "cluster": d.target.key, "sweep": p.spec.metadata.get("sweep", ""),
+         "submitted_at": p.spec.metadata["submitted_at"], "metadata": dict(p.spec.metadata),
+         "entrypoint": p.spec.entrypoint},
+        config_yaml=_yaml(p.composed.cfg),
+    )
+    return jid
 
 
 def _yaml(cfg: Any) -> str:

@@ -2,29 +2,28 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Optional
 
 from rayjobs import settings
 from rayjobs.errors import ClusterUnreachable
+from rayjobs.views.jobfields import status_of
+
+if TYPE_CHECKING:
+    from rayjobs.client.dashboard import Dashboard
 
 
-def view() -> dict[str, Any]:
-    """Nodes (GPUs/CPUs used and total), job counts and the queue of the current target."""
-    from rayjobs.client import dashboard
+def view(d: Optional["Dashboard"] = None) -> dict[str, Any]:
+    """Nodes (GPUs/CPUs used and total), job counts and the queue of ``d`` (default: the current target)."""
+    from rayjobs.client.connection import connect
+    from rayjobs.client.dashboard import DashboardDown
     from rayjobs.views import queuestatus
-    from rayjobs.views.jobrows import status_of
 
-    target = settings.resolve_target()
-    if target.embedded:
-        from rayjobs.client import embedded
-
-        target = embedded.ensure(quiet=True)
-    c = dashboard.client(target)
+    d = d or connect()
+    target = d.target
     try:
-        nodes = queuestatus.cluster_nodes(c)  # the alive ones
-        status = queuestatus.get_json(c, "/api/cluster_status?format=0")["data"]["clusterStatus"]
-        usage = (status.get("loadMetricsReport") or {}).get("usageByNode") or {}
-    except (KeyError, TypeError, ValueError, RuntimeError) as e:
+        nodes = d.nodes()  # the alive ones
+        usage = d.resource_use()
+    except (KeyError, TypeError, ValueError, DashboardDown) as e:
         raise ClusterUnreachable(f"could not read the cluster's nodes at {target.address}: {e}") from e
     rows = []
     for n in nodes:
@@ -35,13 +34,13 @@ def view() -> dict[str, Any]:
         rows.append({"ip": n.get("node_ip"), "head": bool(n.get("is_head_node")), "node_id": n["node_id"],
                      "gpus": gpu_total, "gpus_used": gpu_used, "cpus": cpu_total, "cpus_used": cpu_used})
     rows.sort(key=lambda r: (not r["head"], str(r["ip"])))
-    all_jobs = dashboard.list_jobs(c)
-    overlay: dict[str, Any] = queuestatus.overlay(c, all_jobs)
+    all_jobs = d.list_jobs()
+    overlay: dict[str, Any] = queuestatus.overlay(d, all_jobs)
     counts: dict[str, int] = {}
     queued = []
     for j in all_jobs:
         sid = j.submission_id or j.job_id
-        st = (overlay.get(sid) or {}).get("status") or status_of(j).split(".")[-1]
+        st = (overlay.get(sid) or {}).get("status") or status_of(j)
         counts[st] = counts.get(st, 0) + 1
         if st == "QUEUED":
             queued.append({"id": sid, "queue_position": overlay[sid].get("queue_position")})

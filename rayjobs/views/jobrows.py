@@ -10,55 +10,31 @@ cluster), else from the tail of the job's log.
 
 from __future__ import annotations
 
-import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
-from typing import Any, Iterable, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Optional
 
-from rayjobs.views import metricfiles
-from rayjobs.views import logparse
-from rayjobs.errors import JobNotFound, did_you_mean
+from rayjobs.errors import ConfigError, JobNotFound, did_you_mean
 
-#: UNKNOWN: a job of the local record that the cluster no longer knows (its head restarted, or it
-#: ran on another cluster); its row comes from the record (``"source": "record"``).
-STATUSES = ("PENDING", "QUEUED", "RUNNING", "SUCCEEDED", "FAILED", "STOPPED", "UNKNOWN")
-TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
+if TYPE_CHECKING:
+    from rayjobs.client.dashboard import Dashboard
+from rayjobs.shared import STATUSES
+from rayjobs.views import logparse, metricfiles
+from rayjobs.views import queuestatus
+from rayjobs.views.jobfields import field, gpu_groups, json_list, meta, status_of
 
-
-def field(job: Any, name: str, default: Any = None) -> Any:
-    """A field of a ``JobDetails`` or of its dict form."""
-    if isinstance(job, dict):
-        return job.get(name, default)
-    return getattr(job, name, default)
-
-
-def meta(job: Any) -> dict[str, str]:
-    return dict(field(job, "metadata") or {})
-
-
-def status_of(job: Any) -> str:
-    s = field(job, "status", "?")
-    return str(getattr(s, "value", s))
 
 
 def is_rayjobs(job: Any) -> bool:
     return "rayjobs" in meta(job)
 
 
-def _list(text: Optional[str]) -> list[str]:
-    try:
-        v = json.loads(text or "[]")
-        return [str(x) for x in v] if isinstance(v, list) else []
-    except ValueError:
-        return []
-
-
 def sweep_label(m: dict[str, str]) -> str:
     """``kl_coef=0.01,lr=1e-6``: what varies in this job's sweep point ('' outside sweeps)."""
     from rayjobs.submit.spec import point_label
 
-    return point_label(_list(m.get("sweep_overrides")))
+    return point_label(json_list(m.get("sweep_overrides")))
 
 
 def overrides_label(m: dict[str, str]) -> str:
@@ -68,7 +44,7 @@ def overrides_label(m: dict[str, str]) -> str:
         return label
     from rayjobs.submit.spec import point_label
 
-    return point_label([o for o in _list(m.get("overrides")) if "=" in o and not o.lstrip("+~").startswith(("exp=", "rayjobs."))])
+    return point_label([o for o in json_list(m.get("overrides")) if "=" in o and not o.lstrip("+~").startswith(("exp=", "rayjobs."))])
 
 
 def iso_ms(ms: Optional[int]) -> Optional[str]:
@@ -96,15 +72,8 @@ def order(job: Any) -> tuple[float, int, str]:
     return submitted_ts(job), point, sid
 
 
-def queue_overlay(client: Any, jobs: list[Any]) -> dict[str, dict[str, Any]]:
-    """:func:`rayjobs.views.queuestatus.overlay`: QUEUED + position (or PENDING) for the jobs the queue holds."""
-    from rayjobs.views import queuestatus
-
-    return dict(queuestatus.overlay(client, jobs) or {})
-
-
-def gpus(m: dict[str, str]) -> int:
-    return sum(int(g) for g in _list(m.get("gpu_groups")) if str(g).lstrip("-").isdigit())
+def gpus(job: Any) -> int:
+    return sum(gpu_groups(job))
 
 
 def base_row(job: Any, over: Optional[dict[str, Any]] = None) -> dict[str, Any]:
@@ -121,15 +90,15 @@ def base_row(job: Any, over: Optional[dict[str, Any]] = None) -> dict[str, Any]:
         "status": over.get("status", status),
         "experiment": m.get("experiment", ""),
         "sweep": m.get("sweep", "") or None,
-        "overrides": _list(m.get("overrides")),
+        "overrides": json_list(m.get("overrides")),
         "priority": priority,
         "attempt": 0 if status == "PENDING" or over.get("status") in ("QUEUED", "PENDING") else None,
         "submitted_at": sub,
         "queue_position": over.get("queue_position"),
-        "sweep_overrides": _list(m.get("sweep_overrides")),
+        "sweep_overrides": json_list(m.get("sweep_overrides")),
         "label": overrides_label(m),
         "run": m.get("run"),
-        "gpus": gpus(m),
+        "gpus": gpus(job),
         "start_time": iso_ms(field(job, "start_time")),
         "end_time": iso_ms(field(job, "end_time")),
         "message": short_message(field(job, "message")),
@@ -149,7 +118,8 @@ def short_message(message: Any) -> Optional[str]:
     return " ".join(logparse.clean(str(message)).split(", last available logs")[0].split()) or None
 
 
-def add_progress(row: dict[str, Any], job: Any, dash: Any, lines: int = 400, head_scan: bool = False) -> dict[str, Any]:
+def add_progress(row: dict[str, Any], job: Any, dash: Optional["Dashboard"], lines: int = 400,
+                 head_scan: bool = False) -> dict[str, Any]:
     """Fill step/score/attempt/W&B from the JSONL (if readable here) or the log's tail."""
     m = meta(job)
     files = metricfiles.jsonl_files(m.get("run_dir"))
@@ -182,7 +152,7 @@ def add_progress(row: dict[str, Any], job: Any, dash: Any, lines: int = 400, hea
     return row
 
 
-def scan_head(dash: Any, job_id: str, node: str, p: logparse.Progress, limit: int = 4 << 20) -> None:
+def scan_head(dash: "Dashboard", job_id: str, node: str, p: logparse.Progress, limit: int = 4 << 20) -> None:
     """Read the start of the log (bounded) for what is printed once: total steps, W&B URL, attempt."""
     head = logparse.Progress()
     split = logparse.LineSplitter()
@@ -197,10 +167,10 @@ def scan_head(dash: Any, job_id: str, node: str, p: logparse.Progress, limit: in
     p.attempt = p.attempt or head.attempt
 
 
-def rows(jobs: Iterable[Any], client: Any, dash: Any, progress: bool = True, limit_progress: int = 100) -> list[dict[str, Any]]:
+def rows(jobs: Iterable[Any], dash: "Dashboard", progress: bool = True, limit_progress: int = 100) -> list[dict[str, Any]]:
     """Rows for ``jobs`` (oldest first), with the queue's overlay and (for the newest) progress."""
     jobs = sorted(jobs, key=order)
-    over = queue_overlay(client, jobs)
+    over = queuestatus.overlay(dash, jobs)
     out = [base_row(j, over.get(field(j, "submission_id"))) for j in jobs]
     if progress and out:
         pairs = list(zip(out, jobs))[-limit_progress:]
@@ -232,8 +202,6 @@ def select(jobs: Iterable[Any], sweep: Optional[str] = None, status: Optional[li
 
 def parse_statuses(values: Iterable[str]) -> list[str]:
     """``--status running,failed`` -> ['RUNNING', 'FAILED']; an unknown one is an error."""
-    from rayjobs.errors import ConfigError
-
     out = []
     for v in values:
         for s in str(v).split(","):

@@ -11,37 +11,26 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
-from rayjobs import settings
+from rayjobs.shared import TERMINAL
+
+if TYPE_CHECKING:
+    from rayjobs.client.dashboard import Dashboard
 
 EXIT_CODES = {"SUCCEEDED": 0, "FAILED": 1, "STOPPED": 3}
-TERMINAL = tuple(EXIT_CODES)
 #: A live job whose log stream sent nothing this long after attaching has an empty log so far.
 EMPTY_LOG_S = 2.0
 DETACHED = 130
 
 
-def connect(address: Optional[str] = None, address_from: str = "--address") -> tuple[settings.Target, Any]:
-    """(target, Jobs SDK client) for ``address`` (the embedded head is started if it is the one)."""
-    from rayjobs.client import dashboard
-
-    target = settings.resolve_target(address, address_from)
-    if target.embedded:
-        from rayjobs.client import embedded
-
-        target = embedded.ensure(quiet=True)
-    return target, dashboard.client(target)
-
-
 def follow(job_id: str, address: Optional[str] = None, live: Optional[bool] = None, interval: float = 0.05,
            address_from: str = "--address") -> int:
     """Follow ``job_id`` (a unique prefix is enough) until it ends; return its exit code."""
-    from rayjobs.client import dashboard
+    from rayjobs.client.connection import connect
 
-    target, c = connect(address, address_from)
-    full = dashboard.resolve_id(c, job_id)
-    return tail(target, full, live=live, interval=interval)
+    d = connect(address, address_from=address_from)
+    return tail(d, d.resolve_id(job_id), live=live, interval=interval)
 
 
 def _say(msg: str) -> None:
@@ -87,7 +76,7 @@ class _Backlog:
         self.lines = None
 
 
-def tail(target: settings.Target, job_id: str, live: Optional[bool] = None, interval: float = 0.05,
+def tail(d: "Dashboard", job_id: str, live: Optional[bool] = None, interval: float = 0.05,
          lines: Optional[int] = -1) -> int:
     """Stream ``job_id``'s log with a view until the job is terminal; its exit code.
 
@@ -95,14 +84,14 @@ def tail(target: settings.Target, job_id: str, live: Optional[bool] = None, inte
     last N lines (the rest is still read, so the view knows the total steps, W&B run and attempt),
     -1 = all when not on a terminal, the last 1000 on one.
     """
+    from rayjobs.client.logstream import LogFollower
     from rayjobs.views import logparse
-    from rayjobs.client.logstream import Dashboard, LogFollower
     from rayjobs.views.panel import LiveView, PlainView, status_line
 
     if live is None:
         live = sys.stdout.isatty() and os.environ.get("TERM") != "dumb"
     outage = float(os.environ.get("RAYJOBS_TAIL_OUTAGE_S", "300"))
-    follower = LogFollower(Dashboard(target), job_id, interval=interval, outage_s=outage, say=_say)
+    follower = LogFollower(d, job_id, interval=interval, outage_s=outage, say=_say)
     progress = logparse.Progress()
     view: Any = LiveView(job_id) if live else PlainView()
     backlog = _Backlog((1000 if live else None) if lines == -1 else lines)

@@ -21,7 +21,6 @@ from typing import Any, Iterable, Optional
 
 #: CSI / OSC escape sequences (colours, cursor moves, hyperlinks).
 ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
-ANSI_BYTES = re.compile(rb"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
 #: Ray's prefix on lines forwarded from actors/tasks: ``(TaskRunner pid=1234, ip=10.0.0.2) ``.
 PREFIX = re.compile(r"^\((?P<actor>[\w.:-]+) pid=(?P<pid>\d+)(?:, ip=[^)]*)?\)\s?")
 STEP = re.compile(r"(?:^|\s)step:(?P<step>\d+) - (?P<rest>.*)$")

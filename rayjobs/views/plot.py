@@ -14,7 +14,9 @@ from typing import Any, Optional, Sequence
 from rayjobs.views import metricfiles
 from rayjobs.views import logparse
 from rayjobs.errors import ConfigError, RayjobsError, did_you_mean
-from rayjobs.views.jobrows import TERMINAL, field, meta, overrides_label, status_of
+from rayjobs.shared import TERMINAL
+from rayjobs.views.jobfields import field, meta, status_of
+from rayjobs.views.jobrows import overrides_label
 
 DEFAULT_METRIC = "critic/score/mean"
 

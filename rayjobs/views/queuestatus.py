@@ -1,68 +1,53 @@
-"""The queue seen from the laptop, over the Jobs/dashboard HTTP API only.
+"""The queue seen from the laptop: QUEUED and positions for ``rayjobs list``/``status``/``cluster``.
 
-:func:`overlay` turns the queue actor's status file (kept in the head's Ray log dir, read with the
-dashboard's log API) into QUEUED + positions for ``rayjobs list``/``status``;
-:func:`refuse_never_fitting` refuses at submit a job that can never fit the cluster.
+The queue actor keeps its status file in the head's Ray log dir (:mod:`rayjobs.oncluster.statusfile`);
+:func:`overlay` reads it with the dashboard's log API, so the laptop needs only HTTP.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from typing import Any, Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Optional
 
-from rayjobs.oncluster import capacity
-from rayjobs.views.jobrows import field, meta, status_of
-from rayjobs.oncluster.statusfile import STATUS_FILE
+from rayjobs.shared import STATUS_FILE
+from rayjobs.views.jobfields import field, gpu_groups, job_id, status_of
 
-# --------------------------------------------------------------------------- laptop side (HTTP only)
+if TYPE_CHECKING:
+    from rayjobs.client.dashboard import Dashboard
+
+#: The head's node id per dashboard address (asked once; forgotten when the file is not there).
 _HEAD_IDS: dict[str, str] = {}
 
 
-def get_json(client: Any, path: str) -> Any:
-    """GET a dashboard API path as JSON (RuntimeError on a non-200 answer)."""
-    r = client._do_request("GET", path)
-    if r.status_code != 200:
-        raise RuntimeError(f"GET {path}: HTTP {r.status_code}")
-    return r.json()
-
-
-def cluster_nodes(client: Any) -> list[dict[str, Any]]:
-    """Alive nodes from the dashboard's state API (``/api/v0/nodes``)."""
-    doc = get_json(client, "/api/v0/nodes?detail=true&limit=10000")
-    rows = doc["data"]["result"]["result"]
-    return [r for r in rows if str(r.get("state")) == "ALIVE"]
-
-
-def read_status(client: Any) -> Optional[dict[str, Any]]:
-    """The queue's status file from the head, through the dashboard's log API; None if there is none."""
-    addr = getattr(client, "_address", "")
+def read_status(d: "Dashboard") -> Optional[dict[str, Any]]:
+    """The queue's status document from the head; None if there is none (or the dashboard is away)."""
     try:
-        head = _HEAD_IDS.get(addr)
+        head = _HEAD_IDS.get(d.address)
         if not head:
-            head = next((r["node_id"] for r in cluster_nodes(client) if r.get("is_head_node")), "")
+            head = next((r["node_id"] for r in d.nodes() if r.get("is_head_node")), "")
             if not head:
                 return None
-            _HEAD_IDS[addr] = head
-        r = client._do_request("GET", f"/api/v0/logs/file?node_id={head}&filename={STATUS_FILE}&lines=10")
-        if r.status_code != 200:
-            _HEAD_IDS.pop(addr, None)  # the head may have been replaced
+            _HEAD_IDS[d.address] = head
+        body = d.node_file(head, STATUS_FILE)
+        if body is None:
+            _HEAD_IDS.pop(d.address, None)  # the head may have been replaced
             return None
-        text = r.content.decode(errors="replace").strip().splitlines()
+        text = body.decode(errors="replace").strip().splitlines()
         return json.loads(text[-1]) if text else None
-    except Exception:
+    except Exception:  # a view must not fail on the queue's file: the row stays Ray's
         return None
 
 
 def _status_of(j: Any) -> str:
-    return status_of(j).split(".")[-1]
+    return status_of(j)
 
 
 def _id_of(j: Any) -> str:
-    return str(j.get("submission_id") or j.get("id") if isinstance(j, dict) else getattr(j, "submission_id", j))
+    return j if isinstance(j, str) else job_id(j)
 
 
-def overlay(client: Any, jobs: Optional[Iterable[Any]] = None) -> dict[str, dict[str, Any]]:
+def overlay(d: "Dashboard", jobs: Optional[Iterable[Any]] = None) -> dict[str, dict[str, Any]]:
     """``{submission_id: {"status": "QUEUED", "queue_position": n}}`` for jobs the queue holds now.
 
     ``jobs`` (Ray ``JobDetails``, dicts, or ids; None = all): only those still RUNNING in Ray (a
@@ -71,7 +56,7 @@ def overlay(client: Any, jobs: Optional[Iterable[Any]] = None) -> dict[str, dict
     status file (none yet on a fresh cluster, never where it is switched off), only young GPU jobs
     are reported, as PENDING (:data:`STARTING_S`).
     """
-    doc = read_status(client)
+    doc = read_status(d)
     if not doc:
         return _starting_without_queue(jobs)
     live: Optional[set[str]] = None
@@ -119,37 +104,4 @@ def _starting_without_queue(jobs: Optional[Iterable[Any]], now_ms: Optional[floa
 
 def _wants_gpus(j: Any) -> bool:
     """Does this job's runner ask the queue (it has GPU groups)?"""
-    try:
-        return bool(capacity.clean_groups(json.loads(meta(j).get("gpu_groups") or "[]")))
-    except (TypeError, ValueError):
-        return False
-
-
-# --------------------------------------------------------------------------- submit-time check
-def refuse_never_fitting(client: Any, prepared: Sequence[Any], address: str = "") -> None:
-    """Raise (exit 2, nothing submitted) if a job can never fit this cluster, per node.
-
-    Skipped, with a note, when the state API cannot be read or the cluster has no GPUs at all (a
-    CPU-only development cluster, such as the embedded head on a laptop).
-    """
-    import sys
-
-    from rayjobs.errors import ConfigError
-
-    demands = [(p.spec.submission_id, json.loads(p.spec.metadata.get("gpu_groups") or "[]")) for p in prepared]
-    if not any(capacity.clean_groups(g) for _, g in demands):
-        return
-    try:
-        nodes = capacity.nodes_from_state(cluster_nodes(client))
-    except Exception as e:
-        print(f"rayjobs: note: could not read the cluster's nodes ({e}); GPU fit not checked", file=sys.stderr)
-        return
-    if not any(n.gpus for n in nodes):
-        print("rayjobs: note: the cluster has no GPUs; the jobs' GPU demand is not enforced", file=sys.stderr)
-        return
-    for sid, groups in demands:
-        why = capacity.never_reason(groups, nodes)
-        if why:
-            where = f" at {address}" if address else ""
-            raise ConfigError(f"{sid} can never run on the cluster{where}: it {why}; "
-                              f"lower trainer.nnodes / trainer.n_gpus_per_node, or use a bigger cluster")
+    return bool(gpu_groups(j))

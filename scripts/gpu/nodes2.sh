@@ -40,7 +40,7 @@ if [ "$PHASE" = start ]; then
 
   mark "cluster: bootstrap/ray_node.py rank 0, then rank 1"
   if [ "${RESET:-0}" = 1 ]; then   # end this script's earlier cluster, by PID: the processes naming its temp dirs
-    python3 -c "from rayjobs.client.embedded import pids_naming, terminate; terminate(lambda: pids_naming('/tmp/rn0/', '/tmp/rn1/'))"
+    python3 -c "from rayjobs.client.headprocs import pids_naming, terminate; terminate(lambda: pids_naming('/tmp/rn0/', '/tmp/rn1/'))"
     rm -rf $ND/node0 $ND/node1
   fi
   TOKEN=$(python3 -c "import secrets; print(secrets.token_hex(24))")   # `rayjobs up` passes it as a SkyPilot secret

@@ -1,0 +1,115 @@
+"""The checks that need the live cluster (a real submit only; a dry-run says it skipped them).
+
+* versions: the cluster's Ray (same major, >= 2.52 for token auth) and verl (same minor as the
+  config was composed against);
+* per-node fit of every job's GPU groups (:mod:`rayjobs.oncluster.capacity`): a job that can
+  never fit this cluster is refused (exit 2, nothing submitted); one that does not fit the free
+  capacity now only gets a note (it waits in the queue).
+
+The cluster's resource use is read once per submit (``/api/cluster_status``: totals and use per
+node). That view lags a node that has just joined by seconds, so before refusing a job the node
+list of the state API (``/api/v0/nodes``, what Ray itself schedules on) is asked to confirm.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any, Optional, Sequence
+
+from rayjobs.errors import ConfigError
+from rayjobs.oncluster import capacity
+from rayjobs.preflight.problem import Problem, note
+from rayjobs.preflight.verlfacts import verl_facts
+from rayjobs.views.jobfields import gpu_groups
+
+if TYPE_CHECKING:
+    from rayjobs.client.dashboard import Dashboard
+
+
+def version_tuple(v: str) -> tuple[int, ...]:
+    """``"2.60.0"`` -> ``(2, 60, 0)``."""
+    return tuple(int(x) for x in re.findall(r"\d+", v)[:3])
+
+
+def version_problems(d: "Dashboard") -> list[Problem]:
+    """The cluster's Ray and verl against this client's; notes for what is only worth a word."""
+    from importlib.metadata import version
+
+    from rayjobs import settings
+
+    out: list[Problem] = []
+    cluster_ray = str(d.version().get("ray_version") or "")
+    mine = version("ray")
+    if cluster_ray:
+        a, b = version_tuple(mine), version_tuple(cluster_ray)
+        if a[:1] != b[:1] or b < (2, 52):
+            out.append(Problem("ray", cluster_ray, f"the cluster runs Ray {cluster_ray}, this client Ray {mine}; rayjobs "
+                                                   f"needs the same major version and >= 2.52 (token auth)",
+                               f"pip install 'ray[default]=={cluster_ray}' here, or upgrade the cluster image"))
+        elif a[:2] != b[:2]:
+            note(f"the cluster runs Ray {cluster_ray}, this client Ray {mine} (minor versions differ; usually fine)")
+    if d.target.embedded or d.target.source == "embedded":
+        return out  # the embedded head runs this interpreter: the same verl
+    rec = settings.remembered_cluster()
+    theirs = str(rec.get("verl") or rec.get("verl_version") or (rec.get("versions") or {}).get("verl") or "")
+    ours = verl_facts()["version"]
+    if theirs and version_tuple(theirs)[:2] != version_tuple(ours)[:2]:
+        out.append(Problem("verl", theirs, f"the cluster runs verl {theirs} but the config was composed and checked "
+                                           f"against verl {ours} here (their config keys differ)",
+                           f"pip install --no-deps verl=={theirs} here (or rebuild the cluster image with {ours})"))
+    elif not theirs:
+        note("the cluster record has no verl version: the client/cluster verl match is not checked")
+    return out
+
+
+def nodes_in_use(d: "Dashboard") -> Optional[list[capacity.Node]]:
+    """Per node, total and free GPUs/CPUs from the cluster's resource use; None if unreadable."""
+    try:
+        use = d.resource_use()
+    except Exception:  # DashboardDown, or an answer of another shape
+        return None
+    total = {n: {k: float(v[1]) for k, v in u.items() if isinstance(v, list) and len(v) == 2} for n, u in use.items()}
+    free = {n: {k: float(v[1]) - float(v[0]) for k, v in u.items() if isinstance(v, list) and len(v) == 2}
+            for n, u in use.items()}
+    return capacity.nodes_from_ray(total, free)
+
+
+def refuse_never_fitting(d: "Dashboard", prepared: Sequence[Any], nodes: list[capacity.Node]) -> None:
+    """Raise ConfigError (exit 2, nothing submitted) for the first job that can never fit, per node.
+
+    ``nodes`` come from the resource view; a refusal is confirmed against the state API's node list
+    (a node that just joined is there first).
+    """
+    confirmed: Optional[list[capacity.Node]] = None
+    for p in prepared:
+        groups = gpu_groups({"metadata": p.spec.metadata})
+        if not groups or not capacity.never_reason(groups, nodes):
+            continue
+        if confirmed is None:
+            try:
+                confirmed = capacity.nodes_from_state(d.nodes())
+            except Exception:
+                confirmed = nodes
+        why = capacity.never_reason(groups, confirmed)
+        if why:
+            raise ConfigError(f"{p.spec.submission_id} can never run on the cluster at {d.address}: it {why}; "
+                              f"lower trainer.nnodes / trainer.n_gpus_per_node, or use a bigger cluster")
+
+
+def check_fit(d: "Dashboard", prepared: Sequence[Any]) -> None:
+    """Refuse a job that can never fit; a note for those that wait for free GPUs now."""
+    demands = [gpu_groups({"metadata": p.spec.metadata}) for p in prepared]
+    if not any(demands):
+        return
+    nodes = nodes_in_use(d)
+    if nodes is None:
+        note("could not read the cluster's resource use: per-node GPU fit not checked")
+        return
+    if not any(n.gpus for n in nodes):  # a CPU-only dev cluster (the embedded head on a laptop)
+        note("the cluster has no GPUs; the jobs' GPU demand is not enforced")
+        return
+    refuse_never_fitting(d, prepared, nodes)
+    waiting = [v.reason for v in (capacity.fit(g, nodes) for g in demands if g) if v.state == capacity.WAIT]
+    if waiting:
+        note(f"{len(waiting)} of {len(prepared)} job(s) do not fit the free capacity now and wait in the queue "
+             f"(first: {waiting[0]})")

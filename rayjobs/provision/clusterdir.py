@@ -1,0 +1,41 @@
+"""What the laptop keeps per SkyPilot cluster: ``$RAYJOBS_HOME/clusters/<name>/`` (its Ray auth
+token, 0600, and the tunnel's log), and the names both ``up`` and ``connect`` use."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+from typing import Optional
+
+from rayjobs import settings
+from rayjobs.errors import RayjobsError
+
+DEFAULT_NAME = "rayjobs"
+#: The head's dashboard port (Jobs API), on its loopback only; SkyPilot's own Ray uses 8266.
+REMOTE_DASHBOARD_PORT = 8265
+
+
+class ClusterError(RayjobsError):
+    """Provisioning, bootstrap or tunnel failure (one line: what failed and what to run)."""
+
+
+def cluster_dir(name: str) -> Path:
+    return settings.home() / "clusters" / name
+
+
+def write_secret(path: Path, value: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".new")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.write(fd, value.encode())
+    os.close(fd)
+    os.replace(tmp, path)
+
+
+def local_token(name: str, create: bool = False) -> Optional[Path]:
+    path = cluster_dir(name) / "auth_token"
+    if not path.exists() and create:
+        write_secret(path, secrets.token_hex(32))
+    return path if path.exists() else None

@@ -1,0 +1,57 @@
+"""The code a job ships: its working_dir, refused before any upload when Ray would refuse it.
+
+Ray's SDK zips the working_dir and uploads it into the GCS at submit time, and refuses a package of
+its gRPC message size or more (512 MiB) -- after zipping it all. Here the size after Ray's own
+excludes (``rayjobs.excludes`` and ``.gitignore``) is summed first, so a too-big directory is one
+line at dry-run, not a minute of zipping. The walk is Ray's own (``ray._private...packaging``):
+the same files, the same ignore rules, by construction; it is the one Ray private rayjobs uses on
+the laptop, and only for this count.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from rayjobs.errors import ConfigError
+
+_QUIET = logging.getLogger("rayjobs.quiet")
+_QUIET.setLevel(logging.CRITICAL)
+
+
+def max_package_bytes() -> int:
+    """Ray 2.60 accepts packages up to its gRPC message size (512 MiB); bigger ones fail mid-upload."""
+    return int(os.environ.get("RAY_max_grpc_message_size", 512 * 1024 * 1024))
+
+
+def size_bytes(path: str, excludes: list[str]) -> int:
+    """Bytes Ray would upload for ``path`` (its own traversal, .gitignore and excludes honoured)."""
+    from ray._private.runtime_env.packaging import _dir_travel, _get_excludes
+
+    root = Path(path).absolute()
+    total = [0]
+
+    def handler(p: Path) -> None:
+        if p.is_file() and not p.is_symlink():
+            total[0] += p.stat().st_size
+
+    _dir_travel(root, [_get_excludes(root, excludes)], handler, include_gitignore=True, logger=_QUIET)
+    return total[0]
+
+
+def check(path: str, excludes: list[str]) -> None:
+    """Refuse, before any upload, a working_dir Ray would refuse (or that is missing).
+
+    Raises:
+        ConfigError: not a directory, or over Ray's limit after excludes (with what to do).
+    """
+    if not os.path.isdir(path):
+        raise ConfigError(f"rayjobs.working_dir={path!r} is not a directory; give an existing directory")
+    size = size_bytes(path, excludes)
+    limit = max_package_bytes()
+    if size >= limit:
+        raise ConfigError(
+            f"working_dir {path} is {size / 2**20:.0f} MiB after excludes, over Ray's {limit / 2**20:.0f} MiB limit: "
+            f"exclude large files (add them to .gitignore or rayjobs.excludes) or set rayjobs.working_dir to a smaller dir"
+        )

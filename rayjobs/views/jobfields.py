@@ -1,0 +1,47 @@
+"""Reading a job's fields the same way whether Ray gave a ``JobDetails`` or its dict form.
+
+The SDK's ``list_jobs``/``get_job_info`` return ``JobDetails``; the dashboard's ``GET /api/jobs/ID``
+and the local record give dicts. Every view reads a job through these.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Optional
+
+
+def field(job: Any, name: str, default: Any = None) -> Any:
+    """A field of a ``JobDetails`` or of its dict form."""
+    if isinstance(job, dict):
+        return job.get(name, default)
+    return getattr(job, name, default)
+
+
+def meta(job: Any) -> dict[str, str]:
+    """The job's metadata (rayjobs puts its own keys there at submit)."""
+    return dict(field(job, "metadata") or {})
+
+
+def status_of(job: Any) -> str:
+    """``RUNNING``, ``SUCCEEDED``, ... (the enum's value, or the dict's string)."""
+    s = field(job, "status", "?")
+    return str(getattr(s, "value", s)).split(".")[-1]
+
+
+def job_id(job: Any) -> str:
+    """The submission id (a dict may call it ``id``)."""
+    return str(field(job, "submission_id") or field(job, "id") or "")
+
+
+def json_list(text: Optional[str]) -> list[str]:
+    """A metadata value that holds a JSON list of strings (``[]`` if it holds anything else)."""
+    try:
+        v = json.loads(text or "[]")
+        return [str(x) for x in v] if isinstance(v, list) else []
+    except ValueError:
+        return []
+
+
+def gpu_groups(job: Any) -> list[int]:
+    """The job's GPU groups from its metadata (``[]`` if it asks for none)."""
+    return [int(g) for g in json_list(meta(job).get("gpu_groups")) if str(g).lstrip("-").isdigit() and int(g) > 0]
