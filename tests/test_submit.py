@@ -80,6 +80,16 @@ def test_max_retries_resumes_in_the_same_job(cluster, client, workdir):
     (["+exp=fake_ppo", "rayjobs.address=http://127.0.0.1:9"], r"^error: cannot reach a Ray dashboard at http://127.0.0.1:9 \(from rayjobs.address\): check the address"),
     (["+exp=fake_ppo", "trainer.default_local_dir=./ckpt"], r"^error: trainer.default_local_dir='./ckpt' is a relative path"),
     (["+exp=fake_ppo", "+rayjobs.env.MY_API_TOKEN=x"], r"^error: rayjobs.env.MY_API_TOKEN looks like a secret"),
+    # rayjobs' own keys are typed (rayjobs.submit.schema): wrong types and ranges, preflight on or off
+    (["+exp=fake_ppo", "rayjobs.priority=high"], r"^error: rayjobs.priority='high': must be an integer"),
+    (["+exp=fake_ppo", "rayjobs.priority=high", "rayjobs.preflight=false"], r"^error: rayjobs.priority='high': must be an integer"),
+    (["+exp=fake_ppo", "rayjobs.max_retries=lots"], r"^error: rayjobs.max_retries='lots': must be an integer"),
+    (["+exp=fake_ppo", "rayjobs.max_retries=-1", "rayjobs.preflight=false"], r"^error: rayjobs.max_retries=-1: must be 0 or more"),
+    (["+exp=fake_ppo", "rayjobs.entrypoint="], r"^error: rayjobs.entrypoint is empty"),
+    (["+exp=fake_ppo", "rayjobs.kind=docker"], r"^error: rayjobs.kind='docker': must be one of verl, command"),
+    (["+exp=fake_ppo", "rayjobs.prioirty=1"], r"^error: unknown config key 'rayjobs.prioirty' \(did you mean: rayjobs.priority"),
+    (["+exp=fake_ppo", "+rayjobs.bogus=1"], r"^error: unknown config key 'rayjobs.bogus'.*rayjobs has no such key"),
+    (["+exp=fake_ppo", "rayjobs.env.MODE=x"], r"^error: rayjobs.env.MODE: a job's environment takes new names with a \+"),
 ])
 def test_bad_input_exit_2_one_line_nothing_submitted(cluster, client, workdir, args, expect):
     before = job_list(client)

@@ -18,10 +18,11 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Optional, Sequence
 
 from rayjobs import settings
 from rayjobs.errors import ConfigError, closest, did_you_mean
+from rayjobs.submit import schema
 
 CONFIG_NAME = "config"
 #: Groups and key prefixes that belong to rayjobs/Hydra, never passed on to verl.
@@ -166,6 +167,7 @@ def make_hydra() -> Any:
     from hydra.core.global_hydra import GlobalHydra
 
     register_resolvers()
+    schema.register()
     use_c_yaml()
     # Hydra finds plugins by walking the hydra_plugins namespace, which an editable install does
     # not extend: add the source tree's copy of the rayjobs launcher/sweeper to it.
@@ -217,6 +219,7 @@ def finish(cfg: Any, overrides: Sequence[str]) -> Composed:
     preset = preset_keys(experiment)
     with open_dict(cfg):
         del cfg["hydra"]
+    schema.check_values(cfg.rayjobs)
     check_types(cfg, overrides)
     check_absolute(cfg, overrides)
     OmegaConf.set_readonly(cfg, True)
@@ -360,12 +363,18 @@ def explain(e: BaseException, overrides: Sequence[str]) -> str:
             f"unknown experiment {name!r}{did_you_mean(name, experiments())}; "
             f"available: {', '.join(experiments())}"
         )
+    wrong = _wrong_type(e)
+    if wrong:
+        return wrong
     m = re.search(r"Could not override '([^']*)'", msg) or re.search(r"Key '([^']*)' is not in struct", msg)
+    if m and m.group(1).startswith("rayjobs.env."):
+        name = m.group(1).split(".", 2)[2]
+        return (f"rayjobs.env.{name}: a job's environment takes new names with a +: +rayjobs.env.{name}=VALUE")
     if m:
         key = m.group(1)
         if "." not in key:  # "Key 'kl_coeff' is not in struct": find the full key from the overrides
             key = next((override_key(o) for o in overrides if override_key(o).endswith("." + key)), key)
-        keys = list(verl_schema()) + _own_keys()
+        keys = list(verl_schema()) + schema.own_keys()
         best = closest(key, keys, n=3) or closest(key.rsplit(".", 1)[-1], keys, n=3)
         hint = f" (did you mean: {', '.join(best)}?)" if best else ""
         return f"unknown config key {key!r}{hint}; verl keys keep verl's names, rayjobs' own keys start with rayjobs. (use +{key}=... to add a new key on purpose)"
@@ -373,11 +382,25 @@ def explain(e: BaseException, overrides: Sequence[str]) -> str:
     return f"invalid configuration: {first}"
 
 
-def _own_keys() -> list[str]:
-    import yaml
+def _wrong_type(e: BaseException) -> Optional[str]:
+    """A value Hydra could not give a typed key (``rayjobs.priority=high``), in one line; else None."""
+    from omegaconf.errors import ValidationError
 
-    data = yaml.safe_load((packaged_conf_dir() / f"{CONFIG_NAME}.yaml").read_text()) or {}
-    return [k for k, _ in flatten({"rayjobs": data.get("rayjobs", {})})]
+    cause: Optional[BaseException] = e
+    while cause is not None and not isinstance(cause, ValidationError):
+        cause = cause.__cause__
+    if cause is None:
+        return None
+    m = re.search(r"Error merging override (\S+?)=(.*)$", str(e).strip().splitlines()[0])
+    if m:
+        key, value = m.group(1).lstrip("+~"), m.group(2)
+    elif getattr(cause, "full_key", None):  # a sweep point's value, set by the launcher
+        key, value = str(cause.full_key), str(getattr(cause, "value", "?"))
+    else:
+        return None
+    want = schema.type_words(key)
+    what = f"must be {want}" if want else str(cause).splitlines()[0]
+    return f"{key}={value!r}: {what}; fix the value and resubmit"
 
 
 @contextlib.contextmanager

@@ -1,0 +1,129 @@
+"""rayjobs' own keys (``rayjobs.*``) as a typed structured config, registered with Hydra's ConfigStore.
+
+verl's keys are typed by verl's own YAML tree; rayjobs' keys are typed here, the ecosystem's way: a
+dataclass stored as ``rayjobs_schema`` and listed in ``conf/config.yaml``'s defaults before the
+values of that file and of the presets. So a wrong type (``rayjobs.priority=high``) or an unknown
+key (``rayjobs.prioirty=1``) fails while Hydra composes, in one line, whether preflight is on or
+off; :func:`check_values` adds the ranges a type cannot say (retries >= 0, a non-empty entrypoint,
+a known kind). The defaults themselves live in ``conf/config.yaml`` (with their comments).
+"""
+
+# No ``from __future__ import annotations`` here: OmegaConf reads these annotations as types.
+from dataclasses import dataclass, field, fields, is_dataclass
+from typing import Any, Dict, List, Optional, Union, get_args, get_origin
+
+from rayjobs.errors import ConfigError
+
+#: The name the schema is stored under in Hydra's ConfigStore (``conf/config.yaml`` lists it).
+SCHEMA_NAME = "rayjobs_schema"
+KINDS = ("verl", "command")
+
+
+@dataclass
+class PrepareConfig:
+    """``+exp=prepare_data``: which dataset, from where."""
+
+    dataset: str = "gsm8k"  #: gsm8k | math
+    source: str = "auto"  #: auto | hub | sample | a directory | a file
+
+
+@dataclass
+class ClusterShape:
+    """The cluster's shape, for presets that follow it (``grpo_7b``); from ``rayjobs up/connect``."""
+
+    nnodes: int = 1
+    gpus_per_node: int = 1
+
+
+@dataclass
+class RayjobsConfig:
+    """Every ``rayjobs.*`` key, typed. See ``conf/config.yaml`` for what each does."""
+
+    dry_run: bool = False
+    priority: int = 0
+    max_retries: int = 0
+    kind: str = "verl"
+    entrypoint: str = "python3 -m verl.trainer.main_ppo"
+    args: List[str] = field(default_factory=list)
+    working_dir: Optional[str] = None
+    excludes: List[str] = field(default_factory=list)
+    address: Optional[str] = None
+    storage: str = ""
+    follow: bool = False
+    env: Dict[str, str] = field(default_factory=dict)
+    preflight: bool = True
+    prepare: PrepareConfig = field(default_factory=PrepareConfig)
+    cluster: ClusterShape = field(default_factory=ClusterShape)
+
+
+@dataclass
+class _Root:
+    rayjobs: RayjobsConfig = field(default_factory=RayjobsConfig)
+
+
+def register() -> None:
+    """Store the schema in Hydra's ConfigStore (idempotent; done before every composition)."""
+    from hydra.core.config_store import ConfigStore
+
+    # A plain root with one typed child: verl's untyped tree merges beside it at the root.
+    ConfigStore.instance().store(name=SCHEMA_NAME, node={"rayjobs": RayjobsConfig}, provider="rayjobs")
+
+
+def _leaves(cls: Any, prefix: str) -> list[tuple[str, Any]]:
+    out = []
+    for f in fields(cls):
+        if is_dataclass(f.type):
+            out += _leaves(f.type, f"{prefix}{f.name}.")
+        else:
+            out.append((f"{prefix}{f.name}", f.type))
+    return out
+
+
+#: Every ``rayjobs.*`` leaf key and its type.
+LEAVES: dict[str, Any] = dict(_leaves(RayjobsConfig, "rayjobs."))
+
+
+def own_keys() -> list[str]:
+    """Every ``rayjobs.*`` key (dotted), for "did you mean" hints."""
+    return list(LEAVES)
+
+
+def type_words(key: str) -> Optional[str]:
+    """``rayjobs.priority`` -> ``an integer``; None for a key that is not one of rayjobs' leaves."""
+    t = LEAVES.get(key)
+    if t is None:
+        return None
+    if get_origin(t) is Union:  # Optional[X]
+        t = next(a for a in get_args(t) if a is not type(None))
+    words = {int: "an integer", bool: "true or false", str: "a string", float: "a number"}
+    if t in words:
+        return words[t]
+    return {list: "a list", dict: "a mapping"}.get(get_origin(t), str(t))
+
+
+def check_values(rj: Any) -> None:
+    """What a type cannot say: ranges and choices of rayjobs' own keys (one line, exit 2).
+
+    Args:
+        rj: the composed ``rayjobs`` node.
+
+    Raises:
+        ConfigError: naming the key, the value and what is allowed.
+    """
+    unknown = sorted(set(rj.keys()) - {f.name for f in fields(RayjobsConfig)})
+    if unknown:  # `+rayjobs.x=1` adds a key even to a typed node: refuse it here
+        from rayjobs.errors import did_you_mean
+
+        key = f"rayjobs.{unknown[0]}"
+        raise ConfigError(f"unknown config key {key!r}{did_you_mean(key, own_keys())}: rayjobs has no such key")
+    if int(rj.max_retries) < 0:
+        raise ConfigError(f"rayjobs.max_retries={rj.max_retries}: must be 0 or more (the number of new attempts "
+                          f"after a failed one)")
+    if str(rj.kind) not in KINDS:
+        raise ConfigError(f"rayjobs.kind={rj.kind!r}: must be one of {', '.join(KINDS)}")
+    if not str(rj.entrypoint or "").strip():
+        raise ConfigError("rayjobs.entrypoint is empty: give the command the job runs "
+                          "(default: python3 -m verl.trainer.main_ppo)")
+    for name in rj.env or {}:
+        if not str(name).replace("_", "").isalnum() or str(name)[:1].isdigit():
+            raise ConfigError(f"rayjobs.env.{name}: not an environment variable name (letters, digits, _)")
