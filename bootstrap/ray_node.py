@@ -405,23 +405,9 @@ def _start_fast(cfg: Config) -> str:
         import ray._private.node as ray_node
         from ray._private.authentication.authentication_token_setup import (
             ensure_token_if_auth_enabled, maybe_enable_token_auth_if_token_available)
-        from ray._private.parameter import RayParams
-        from ray._private.resource_isolation_config import ResourceIsolationConfig
         from ray._private.utils import write_ray_address
 
-        params = RayParams(
-            node_ip_address=cfg.ip, node_name=cfg.ip, num_gpus=cfg.gpus, resources={}, labels={},
-            min_worker_port=20002, max_worker_port=29999,  # SkyPilot's Ray: 11002-19999
-            node_manager_port=0, ray_client_server_port=cfg.client_port if cfg.head else None,
-            temp_dir=cfg.temp_dir,
-            redis_username="", redis_password="", huge_pages=False, enable_object_reconstruction=False,
-            include_dashboard=True if cfg.head else None, dashboard_host="127.0.0.1",
-            dashboard_port=cfg.dashboard_port, dashboard_agent_listen_port=cfg.agent_port,
-            no_monitor=False, ray_debugger_external=False,
-            resource_isolation_config=ResourceIsolationConfig(
-                enable_resource_isolation=False, cgroup_path=None, system_reserved_cpu=None,
-                system_reserved_memory=None),
-        )
+        params = _ray_params(cfg)
     except (ImportError, TypeError, AttributeError) as e:
         log(f"this Ray's internals differ ({e.__class__.__name__}: {e}); using the `ray start` CLI")
         return _start_cli(cfg)
@@ -437,35 +423,62 @@ def _start_fast(cfg: Config) -> str:
             node = ray_node.Node(params, head=False, shutdown_at_exit=False, spawn_reaper=False)
             write_ray_address(cfg.gcs, node.get_temp_dir_path())
             return node.node_id
-        # Ray starts the head's dashboard and waits for it *before* the head's raylet, and every
-        # worker waits for the head's raylet: the dashboard's start-up (seconds of imports) would
-        # sit on the whole cluster's critical path. It starts in a thread instead, alongside the
-        # raylet (a raylet started before the dashboard's URL is known is what a worker node has
-        # anyway); the starter leaves once the dashboard is up, after telling the node script.
-        import threading
-
-        api = ray_node.Node.start_api_server
-        _patch_dashboard_modules(cfg.dashboard_modules)
-
-        def in_background(self: Any, **kw: Any) -> None:
-            def run() -> None:
-                try:
-                    api(self, **kw)
-                except Exception as e:  # noqa: BLE001  (the node script's wait reports it)
-                    log(f"error: the dashboard did not start: {' '.join(str(e).split())[:300]}")
-            DASHBOARD.append(threading.Thread(target=run, daemon=True))
-            DASHBOARD[-1].start()
-
-        ray_node.Node.start_api_server = in_background
-        try:
-            node = ray_node.Node(params, head=True, shutdown_at_exit=False, spawn_reaper=False)
-        finally:
-            ray_node.Node.start_api_server = api
+        node = _start_head_node(ray_node, params, cfg)
         write_ray_address(node.address, node.get_temp_dir_path())
         return node.node_id
     except Exception as e:
         fail(f"starting Ray failed on rank {cfg.rank} ({cfg.ip}): {' '.join(str(e).split())[:400]}")
     return ""
+
+
+def _ray_params(cfg: Config) -> Any:
+    """``RayParams`` as ``ray start`` would make them for this node (Ray 2.52-2.60)."""
+    from ray._private.parameter import RayParams
+    from ray._private.resource_isolation_config import ResourceIsolationConfig
+
+    return RayParams(
+        node_ip_address=cfg.ip, node_name=cfg.ip, num_gpus=cfg.gpus, resources={}, labels={},
+        min_worker_port=20002, max_worker_port=29999,  # SkyPilot's Ray: 11002-19999
+        node_manager_port=0, ray_client_server_port=cfg.client_port if cfg.head else None,
+        temp_dir=cfg.temp_dir,
+        redis_username="", redis_password="", huge_pages=False, enable_object_reconstruction=False,
+        include_dashboard=True if cfg.head else None, dashboard_host="127.0.0.1",
+        dashboard_port=cfg.dashboard_port, dashboard_agent_listen_port=cfg.agent_port,
+        no_monitor=False, ray_debugger_external=False,
+        resource_isolation_config=ResourceIsolationConfig(
+            enable_resource_isolation=False, cgroup_path=None, system_reserved_cpu=None,
+            system_reserved_memory=None),
+    )
+
+
+def _start_head_node(ray_node: Any, params: Any, cfg: Config) -> Any:
+    """The head's ``Node``, its dashboard started in a thread beside the raylet.
+
+    Ray starts the head's dashboard and waits for it *before* the head's raylet, and every worker
+    waits for the head's raylet: the dashboard's start-up (seconds of imports) would sit on the
+    whole cluster's critical path. It starts in a thread instead, alongside the raylet (a raylet
+    started before the dashboard's URL is known is what a worker node has anyway); the starter
+    leaves once the dashboard is up, after telling the node script.
+    """
+    import threading
+
+    api = ray_node.Node.start_api_server
+    _patch_dashboard_modules(cfg.dashboard_modules)
+
+    def in_background(self: Any, **kw: Any) -> None:
+        def run() -> None:
+            try:
+                api(self, **kw)
+            except Exception as e:  # noqa: BLE001  (the node script's wait reports it)
+                log(f"error: the dashboard did not start: {' '.join(str(e).split())[:300]}")
+        DASHBOARD.append(threading.Thread(target=run, daemon=True))
+        DASHBOARD[-1].start()
+
+    ray_node.Node.start_api_server = in_background
+    try:
+        return ray_node.Node(params, head=True, shutdown_at_exit=False, spawn_reaper=False)
+    finally:
+        ray_node.Node.start_api_server = api
 
 
 def _patch_head_lookup(ray_node: Any, tmp: str) -> None:
@@ -639,6 +652,15 @@ def _version(dist: str) -> Optional[str]:
         return None
 
 
+def _secret_names() -> list[str]:
+    """The secret names this script hands to Ray's processes (and so to every job), never values."""
+    try:
+        from rayjobs.shared import secret_names
+    except ImportError:
+        return []
+    return secret_names(dict(os.environ))
+
+
 def write_ready(cfg: Config, nodes: list[dict[str, Any]]) -> None:
     """The readiness record; rewritten only when its content changes (a re-run changes nothing)."""
     import ray
@@ -657,6 +679,8 @@ def write_ready(cfg: Config, nodes: list[dict[str, Any]]) -> None:
         "ray_version": ray.__version__,
         "verl_version": _version("verl"),
         "rayjobs_version": _version("rayjobs"),
+        # Names only: what the jobs' environment holds (preflight checks e.g. WANDB_API_KEY by name).
+        "secrets": _secret_names(),
     }
     path = cfg.dir / "ready.json"
     try:

@@ -1,13 +1,38 @@
 """rayjobs: run many verl PPO/GRPO experiments on one long-lived Ray cluster.
 
-Library surface (the CLI is a thin layer over these):
+The Python API (the ``rayjobs`` command line is a thin layer over it), from :mod:`rayjobs.api`::
 
-* :mod:`rayjobs.submit.compose` -- compose a Hydra config (verl's tree + rayjobs presets).
-* :mod:`rayjobs.submit.spec` -- :class:`~rayjobs.submit.spec.JobSpec` and :func:`~rayjobs.submit.spec.build_spec` (pure).
-* :mod:`rayjobs.client.dashboard` -- the one place that talks to Ray's Jobs SDK.
-* :mod:`rayjobs.submit.ledger` -- the local record of every submission.
+    import rayjobs
+    job = rayjobs.submit_experiment("ppo_gsm8k_qwen05b", ["trainer.total_epochs=1"])
+    job.wait()
 
-Heavy imports (ray, hydra) are done lazily so ``rayjobs --help`` stays instant.
+* :func:`submit_experiment` / :func:`submit_sweep` -> :class:`Job` (status, row, logs, tail, stop, wait)
+* :func:`plan_experiment`: the dry-run half (the exact ``submit_job`` requests, no cluster)
+* :func:`list_jobs`, :func:`stop_jobs`, :func:`plot_jobs`
+* :class:`RayjobsError`: every error a user can cause, one line.
+
+The names load lazily, so ``import rayjobs`` (and ``rayjobs --help``) stays instant.
 """
 
-__version__ = "0.1.0"
+from typing import Any
+
+from rayjobs.shared import __version__
+
+_API = ("Job", "submit_experiment", "submit_sweep", "plan_experiment", "list_jobs", "stop_jobs", "plot_jobs")
+__all__ = [*_API, "JobSpec", "RayjobsError", "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _API:
+        from rayjobs import api
+
+        return getattr(api, name)
+    if name == "JobSpec":
+        from rayjobs.submit.spec import JobSpec
+
+        return JobSpec
+    if name == "RayjobsError":
+        from rayjobs.errors import RayjobsError
+
+        return RayjobsError
+    raise AttributeError(f"module 'rayjobs' has no attribute {name!r}")

@@ -10,6 +10,9 @@ import time
 from datetime import datetime, timezone
 from typing import Optional
 
+#: rayjobs' version (jobs carry it in their metadata; the runner and the queue report it).
+__version__ = "0.1.0"
+
 #: The head's Ray settings rayjobs relies on: the embedded head and the node script (bootstrap/ray_node.py) set them.
 HEAD_ENV = {
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
@@ -22,6 +25,16 @@ HEAD_ENV = {
     # SUCCEEDED), because the supervisor's child is reaped before it can read the exit status.
     "RAY_USAGE_STATS_ENABLED": "0",
 }
+
+#: Env var names that look like secrets: never in a job's runtime_env (anyone who can list jobs
+#: reads it); the node script lists the ones the cluster holds (names only) in its readiness record.
+SECRET_PATTERN = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.I)
+
+
+def secret_names(environ: dict[str, str]) -> list[str]:
+    """The secret-looking names of ``environ`` that jobs can use (Ray's own auth token left out)."""
+    return sorted(k for k, v in environ.items() if v and SECRET_PATTERN.search(k) and not k.startswith("RAY_"))
+
 
 #: Ray's job statuses that never change again.
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")

@@ -137,6 +137,7 @@ def test_cluster_forms_with_all_nodes_and_gpus(formed: Cluster) -> None:
 
     assert rec["ray_version"] == version("ray") and rec["verl_version"] == version("verl")
     assert rec["storage"] == str(formed.storage)
+    assert rec["secrets"] == ["WANDB_API_KEY"]  # names only; Ray's own RAY_AUTH_TOKEN is not a job's
     on_disk = json.loads((formed.node_dir(formed.head) / "ready.json").read_text())
     assert on_disk == rec
     # Ray outlived SkyPilot's kill daemon (it started no Ray process below the script).
@@ -314,6 +315,7 @@ def test_connect_tunnels_through_ssh_and_is_reused(formed: Cluster) -> None:
         rec = json.loads((laptop.dir / "rj" / "cluster.json").read_text())
         assert rec["name"] == "rjtest" and rec["address"] == url and rec["nodes"] == 3
         assert rec["gpus_per_node"] == GPUS and rec["storage"] == str(formed.storage)
+        assert rec["secrets"] == ["WANDB_API_KEY"]  # kept for preflight's secret check (names only)
         tok = Path(rec["token_path"])
         assert tok.read_text().strip() == formed.token and tok.stat().st_mode & 0o777 == 0o600
         pid = rec["tunnel"]["pid"]

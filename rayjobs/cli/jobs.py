@@ -69,10 +69,10 @@ def tail_cmd(job_id: str, plain: bool, lines: Optional[int], address: Optional[s
     """
 
     def go() -> int:
-        from rayjobs.views import jobtail
+        from rayjobs.api import Job
 
-        d = _open(address)
-        return jobtail.tail(d, d.resolve_id(job_id), live=False if plain else None, lines=-1 if lines is None else lines)
+        job = Job.find(job_id, address=address)
+        return job.tail(live=False if plain else None, lines=-1 if lines is None else lines)
 
     _exit(run_cli(_pipe_safe(go)))
 
@@ -86,35 +86,18 @@ def logs_cmd(job_id: str, lines: Optional[int], follow: bool, address: Optional[
     """Print a job's log (plain text, no ANSI codes unless stdout is a terminal)."""
 
     def go() -> int:
-        from rayjobs.views import logparse
-        from rayjobs.views import jobtail as fol
-        from rayjobs.client.dashboard import DashboardDown
+        from rayjobs.api import Job
 
-        d = _open(address)
-        full = d.resolve_id(job_id)
+        job = Job.find(job_id, address=address)
         if follow:
-            return fol.tail(d, full, live=False)
-        raw = sys.stdout.isatty()
-        info = d.info(full)
-        node = getattr(info, "driver_node_id", None)
-        if not node:
-            _say(f"{full} is {info.status}: it has no log yet")
-            return 0
-        out = sys.stdout
-        split = logparse.LineSplitter()
-        try:
-            for chunk in d.iter_log(full, node, lines if lines is not None else -1):
-                if raw:
-                    out.buffer.write(chunk)
-                else:
-                    out.write(logparse.clean_block(split.feed_text(chunk)))
-            out.write("".join(logparse.clean(x) + "\n" for x in split.flush()))
-        except DashboardDown:
-            text = d.logs(full)  # the Jobs API reads the same file another way
-            if lines is not None:
-                text = "\n".join(text.splitlines()[-lines:]) + "\n" if lines > 0 else ""
-            out.write(text if raw else logparse.clean_block(text))
-        out.flush()
+            return job.tail(live=False)
+        wrote = False
+        for text in job.iter_logs(tail=lines, clean=not sys.stdout.isatty()):
+            sys.stdout.write(text)
+            wrote = wrote or bool(text)
+        sys.stdout.flush()
+        if not wrote:
+            _say(f"{job.job_id} has no log yet ({job.status()})")
         return 0
 
     _exit(run_cli(_pipe_safe(go)))
@@ -134,39 +117,19 @@ def status_cmd(job_id: str, as_json: bool, address: Optional[str]) -> None:
     """Show one job: status, attempt, progress, latest metrics, W&B run."""
 
     def go() -> int:
+        from rayjobs import api
         from rayjobs.errors import NoSuchJob
-        from rayjobs.views import jobrows, queuestatus
 
         d = _open(address)
         try:
-            full = d.resolve_id(job_id)
+            row = api.Job.find(job_id, dashboard=d).row()
         except NoSuchJob:  # not several: one that the cluster does not know (any more)
-            row = _from_record(job_id, d.target.key)
-        else:
-            info = d.info(full)
-            over = queuestatus.overlay(d, [info]).get(full)
-            row = jobrows.add_progress(jobrows.base_row(info, over), info, d, lines=2000, head_scan=True)
-            if row["attempt"] is None:
-                row["attempt"] = 0 if row["status"] in ("PENDING", "QUEUED") else 1
+            row = api.recorded_row(job_id, d.target.key)
+            _say(f"{row['id']} is not on the cluster; showing the local record")
         if as_json:
             click.echo(json.dumps(row, indent=2, default=str))
-            return 0
-        click.echo(f"id: {row['id']}")
-        for k in STATUS_FIELDS:
-            v = row.get(k)
-            if v in (None, "", [], {}):
-                continue
-            if k == "metrics":
-                v = "  ".join(f"{mk}={mv:.4g}" for mk, mv in v.items())
-            elif k == "overrides":
-                v = " ".join(v)
-            elif k == "step" and row.get("total_steps"):
-                v = f"{v}/{row['total_steps']}"
-            elif k == "total_steps":
-                continue
-            elif k == "message":
-                v = " ".join(str(v).split())[:300]
-            click.echo(f"{k}: {v}")
+        else:
+            click.echo(_status_text(row))
         return 0
 
     _exit(run_cli(go))
@@ -184,26 +147,10 @@ def list_cmd(sweep: Optional[str], statuses: tuple[str, ...], experiment: Option
     """List jobs (oldest first): id, experiment, overrides, status, attempt, GPUs, age, step, score."""
 
     def go() -> int:
-        from rayjobs.views import jobrows
-        from rayjobs.errors import JobNotFound
+        from rayjobs import api
 
-        wanted = jobrows.parse_statuses(statuses)
-        d = _open(address)
-        all_jobs = d.list_jobs()
-        records = jobrows.missing_records((jobrows.field(j, "submission_id") for j in all_jobs), d.target.key, sweep)
-        try:
-            chosen = jobrows.select(all_jobs, sweep=sweep, experiment=experiment, include_all=include_all)
-        except JobNotFound:
-            if not (sweep and records):
-                raise
-            chosen = []  # a sweep the cluster has forgotten: its rows come from the local record
-        if experiment:
-            records = [r for r in records if r["experiment"] == experiment]
-        if experiment and not chosen and not records:
-            _check_experiment(experiment, all_jobs)
-        rows = jobrows.rows(chosen, d) + records
-        if wanted:
-            rows = [r for r in rows if r["status"] in wanted]
+        rows = api.list_jobs(sweep=sweep, statuses=statuses, experiment=experiment, include_all=include_all,
+                             address=address)
         if as_json:
             click.echo(json.dumps(rows, indent=2, default=str))
         else:
@@ -213,35 +160,23 @@ def list_cmd(sweep: Optional[str], statuses: tuple[str, ...], experiment: Option
     _exit(run_cli(go))
 
 
-def _from_record(job_id: str, cluster: str) -> dict[str, Any]:
-    """The local record's row for an id the cluster does not know; JobNotFound if none (or several) match."""
-    from rayjobs.views import jobrows
-    from rayjobs.submit import ledger
-    from rayjobs.errors import JobNotFound
-
-    hits = ledger.lookup(job_id)
-    if len(hits) == 1:
-        _say(f"{hits[0]['id']} is not on the cluster; showing the local record ({ledger.path()})")
-        return jobrows.record_row(hits[0], cluster)
-    if len(hits) > 1:
-        raise JobNotFound(f"{job_id!r} matches {len(hits)} recorded jobs ({', '.join(h['id'] for h in hits[:4])}...); give more of the id")
-    raise JobNotFound(f"no job matches {job_id!r} on the cluster or in the local record; `rayjobs list` shows the ids")
-
-
-def _check_experiment(name: str, all_jobs: list[Any]) -> None:
-    """No job of ``name``: fine if it is a known experiment, else an error with the closest names."""
-    from rayjobs.views import jobrows
-    from rayjobs.errors import ConfigError, did_you_mean
-
-    names = {jobrows.meta(j).get("experiment", "") for j in all_jobs} - {""}
-    try:
-        from rayjobs.submit import compose
-
-        names |= set(compose.experiments())
-    except Exception:
-        pass
-    if name not in names:
-        raise ConfigError(f"unknown experiment {name!r}{did_you_mean(name, names)}")
+def _status_text(row: dict[str, Any]) -> str:
+    """``rayjobs status`` for people: ``key: value`` lines, the empty ones left out."""
+    lines = [f"id: {row['id']}"]
+    for k in STATUS_FIELDS:
+        v = row.get(k)
+        if v in (None, "", [], {}) or k == "total_steps":
+            continue
+        if k == "metrics":
+            v = "  ".join(f"{mk}={mv:.4g}" for mk, mv in v.items())
+        elif k == "overrides":
+            v = " ".join(v)
+        elif k == "step" and row.get("total_steps"):
+            v = f"{v}/{row['total_steps']}"
+        elif k == "message":
+            v = " ".join(str(v).split())[:300]
+        lines.append(f"{k}: {v}")
+    return "\n".join(lines)
 
 
 LIST_COLUMNS = ("ID", "SWEEP", "EXPERIMENT", "OVERRIDES", "STATUS", "ATT", "GPUS", "AGE", "STEP", "SCORE")
@@ -306,46 +241,18 @@ def stop_cmd(job_ids: tuple[str, ...], sweep: Optional[str], wait_s: float, addr
     """
 
     def go() -> int:
-        from rayjobs.views import jobrows
-        from rayjobs.errors import ConfigError
+        from rayjobs import api
 
-        if not job_ids and not sweep:
-            raise ConfigError("name the jobs to stop: rayjobs stop ID... or rayjobs stop --sweep S")
-        d = _open(address)
-        all_jobs = d.list_jobs()
-        ids = [d.resolve_id(j, all_jobs) for j in job_ids]
-        if sweep:
-            ids += [jobrows.field(j, "submission_id") for j in jobrows.select(all_jobs, sweep=sweep)]
-        ids = list(dict.fromkeys(ids))
-        status = {jobrows.field(j, "submission_id"): jobrows.status_of(j) for j in all_jobs}
-        asked = []
-        for i in ids:
-            if status.get(i) in TERMINAL:
-                _say(f"{i} already {status[i]}")
-                continue
-            d.stop(i)
-            asked.append(i)
-        if asked:
-            _say(f"asked {len(asked)} job(s) to stop; the trainer gets a grace period to save a checkpoint")
-        deadline = time.monotonic() + max(0.0, wait_s)
-        pending = set(asked)
-        while pending and time.monotonic() < deadline:
-            for i in list(pending):
-                try:
-                    status[i] = str(d.info(i).status)
-                except Exception:
-                    continue
-                if status[i] in TERMINAL:
-                    pending.discard(i)
-            if pending:
-                time.sleep(0.5)
-        for i in ids:
-            click.echo(f"{i} {status.get(i, '?')}")
-        late = [i for i in pending if status.get(i) != "PENDING"]
-        for i in pending - set(late):
-            _say(f"{i} has not started yet: Ray stops it as soon as it starts")
+        status = api.stop_jobs(job_ids, sweep=sweep, wait=wait_s, address=address, say=_say)
+        for i, st in status.items():
+            click.echo(f"{i} {st}")
+        pending = [i for i, st in status.items() if st not in TERMINAL]
+        for i in pending:
+            if status[i] == "PENDING":
+                _say(f"{i} has not started yet: Ray stops it as soon as it starts")
+        late = sorted(i for i in pending if status[i] != "PENDING")
         if late:
-            _say(f"still stopping after {wait_s:.0f} s: {', '.join(sorted(late))} (check again with rayjobs status)")
+            _say(f"still stopping after {wait_s:.0f} s: {', '.join(late)} (check again with rayjobs status)")
             return 1
         return 0
 
@@ -366,29 +273,12 @@ def plot_cmd(job_ids: tuple[str, ...], sweep: Optional[str], metric_names: tuple
     """One PNG: a curve per job over steps (legend: sweep overrides), plus val-core metrics."""
 
     def go() -> int:
-        from rayjobs.views import jobrows
-        from rayjobs.views import plot
-        from rayjobs.errors import ConfigError
+        from rayjobs import api
 
-        if not job_ids and not sweep:
-            raise ConfigError("name the jobs to plot: rayjobs plot ID... or rayjobs plot --sweep S")
-        if not output.lower().endswith(".png"):
-            raise ConfigError(f"-o {output}: give a .png file name")
-        d = _open(address)
-        all_jobs = d.list_jobs()
-        by_id = {jobrows.field(j, "submission_id"): j for j in all_jobs}
-        chosen = [by_id[d.resolve_id(j, all_jobs)] for j in job_ids]
-        if sweep:
-            chosen += sorted(jobrows.select(all_jobs, sweep=sweep), key=jobrows.order)
-        chosen = list({jobrows.field(j, "submission_id"): j for j in chosen}.values())
-        data = plot.collect(d, chosen, list(metric_names) or None, val=not no_val)
-        title = f"sweep {sweep}" if sweep else None
-        plot.render(data, output, title=title)
-        if as_json:
-            click.echo(json.dumps(data))
-        else:
-            click.echo(output)
-        _say(f"wrote {output} ({len(chosen)} job(s): {', '.join(data['metrics'])})")
+        data = api.plot_jobs(job_ids, sweep=sweep, metrics=metric_names, val=not no_val, output=output,
+                             address=address)
+        click.echo(json.dumps(data) if as_json else output)
+        _say(f"wrote {output} ({len(data['jobs'])} job(s): {', '.join(data['metrics'])})")
         empty = [f"{j['id']} ({j.get('status') or '?'})" for j in data["jobs"] if not j.get("steps")]
         if empty:
             _say(f"nothing logged by: {', '.join(empty)}")

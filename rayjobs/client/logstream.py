@@ -23,11 +23,26 @@ import queue
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional
 
 from rayjobs.client.dashboard import LOG_STREAM, Dashboard, DashboardDown, short_reason
 from rayjobs.errors import ClusterUnreachable, RayjobsError
 from rayjobs.shared import TERMINAL
+
+
+@dataclass
+class _FollowState:
+    """What :meth:`LogFollower._run` keeps between turns of its loop."""
+
+    last_data: float
+    was_down: Optional[float] = None  #: when the outage in progress began
+    outage_seen: bool = False
+    terminal_at: Optional[float] = None  #: when the job was first seen ended
+    failures: int = 0  #: broken streams in a row
+    failing_since: float = 0.0
+    retry_at: float = 0.0
+    checks: int = 0  #: end-of-log checks made
 
 
 class _Broken:
@@ -205,88 +220,101 @@ class LogFollower:
     def _run(self) -> Iterator[Optional[bytes]]:
         poller = self.poller
         assert poller is not None
-        was_down: Optional[float] = None
-        outage_seen = False
-        terminal_at: Optional[float] = None
-        last_data = time.monotonic()
-        failures = 0
-        failing_since = 0.0
-        retry_at = 0.0
-        checks = 0
+        st = _FollowState(last_data=time.monotonic())
         deadline = time.monotonic() + 60.0
         while not self.job and poller.polls == 0 and time.monotonic() < deadline:
             time.sleep(0.01)  # the first answer (or failure) of the poller
         while True:
             now = time.monotonic()
-            if poller.error is not None:
-                raise poller.error
-            if poller.job is not None:
-                self.job = poller.job
-            down = poller.down_since
-            if down is not None and was_down is None:
-                outage_seen = True
-                self.say(f"{poller.down}; retrying for up to {self.outage_s:.0f} s")
-            elif down is None and was_down is not None:
-                self.say(f"the dashboard answers again after {now - was_down:.1f} s; resuming the log at byte {self.seen}")
-            was_down = down
-            if down is not None and now - down > self.outage_s:
-                raise ClusterUnreachable(
-                    f"lost the dashboard at {self.dash.address} for {self.outage_s:.0f} s while following "
-                    f"{self.job_id} (it may still run): re-attach with `rayjobs tail {self.job_id}`")
-            if self.status in TERMINAL and terminal_at is None:
-                terminal_at = now
+            down = self._watch(poller, st, now)
+            if self.status in TERMINAL and st.terminal_at is None:
+                st.terminal_at = now
             node = self.job.get("driver_node_id")
-            if outage_seen and down is None and self.reader is not None and now - last_data > 3.0:
-                # The dashboard came back but this connection stayed silent: it may be a dead socket.
-                self.reader.close()
-                self.reader = None
-                outage_seen = False
-            elif down is None and self.reader is None:
-                outage_seen = False
-            if self.reader is None and down is None and now >= retry_at:
-                if node:
-                    params = self.dash.log_params(self.job_id, node, -1, self.interval)
-                    self.reader = _Reader(self.dash, params, skip=self.seen)
-                    self.reader.start()
-                elif terminal_at is not None:
-                    return  # it ended before its driver started: there is no log
+            if not self._keep_reader(st, down, now, node):
+                return  # it ended before its driver started: there is no log
             if self.reader is not None:
                 try:
                     item = self.reader.q.get(timeout=self.tick)
                 except queue.Empty:
                     item = None
                 if isinstance(item, bytes):
-                    last_data = time.monotonic()
-                    failures = 0
+                    st.last_data = time.monotonic()
+                    st.failures = 0
                     yield self._deliver(item)
                     continue
                 if isinstance(item, _Broken):
-                    self.reader.close()
-                    self.reader = None
-                    failures += 1
-                    self.reconnects += 1
-                    now = time.monotonic()
-                    failing_since = failing_since if failures > 1 else now
-                    if now - failing_since > self.outage_s and down is None:
-                        raise ClusterUnreachable(
-                            f"the log of {self.job_id} has not been readable for {self.outage_s:.0f} s ({item.why}); "
-                            f"the job may still run: `rayjobs status {self.job_id}`")
-                    retry_at = now + min(2.0, 0.05 * 2 ** failures)
-                    if (failures == 1 and self.seen) or failures == 4 or failures % 30 == 0:
-                        self.say(f"log stream of {self.job_id} interrupted ({item.why}); reconnecting")
-                    poller.kick.set()
+                    self._broken(item, st, down)
             else:
                 time.sleep(self.tick)
             yield None
             settle = max(0.3, 4 * self.interval)
-            if terminal_at is not None and down is None and time.monotonic() - max(last_data, terminal_at) >= settle:
+            if st.terminal_at is not None and down is None and time.monotonic() - max(st.last_data, st.terminal_at) >= settle:
                 if not node:
                     return
-                done = yield from self._finish(node, checks)
+                done = yield from self._finish(node, st.checks)
                 if done:
                     return
-                checks += 1
-                last_data = time.monotonic()
+                st.checks += 1
+                st.last_data = time.monotonic()
+
+    def _watch(self, poller: "_Poller", st: "_FollowState", now: float) -> Optional[float]:
+        """Take the poller's news: the job's details, an outage begun or over (said once each).
+
+        Returns when the dashboard went down (None: it answers). Raises a permanent error (auth,
+        job gone) or :class:`ClusterUnreachable` after ``outage_s`` without it.
+        """
+        if poller.error is not None:
+            raise poller.error
+        if poller.job is not None:
+            self.job = poller.job
+        down = poller.down_since
+        if down is not None and st.was_down is None:
+            st.outage_seen = True
+            self.say(f"{poller.down}; retrying for up to {self.outage_s:.0f} s")
+        elif down is None and st.was_down is not None:
+            self.say(f"the dashboard answers again after {now - st.was_down:.1f} s; resuming the log at byte {self.seen}")
+        st.was_down = down
+        if down is not None and now - down > self.outage_s:
+            raise ClusterUnreachable(
+                f"lost the dashboard at {self.dash.address} for {self.outage_s:.0f} s while following "
+                f"{self.job_id} (it may still run): re-attach with `rayjobs tail {self.job_id}`")
+        return down
+
+    def _keep_reader(self, st: "_FollowState", down: Optional[float], now: float, node: Optional[str]) -> bool:
+        """(Re)open the stream when it is due; False when there will never be a log to read."""
+        if st.outage_seen and down is None and self.reader is not None and now - st.last_data > 3.0:
+            # The dashboard came back but this connection stayed silent: it may be a dead socket.
+            self.reader.close()
+            self.reader = None
+            st.outage_seen = False
+        elif down is None and self.reader is None:
+            st.outage_seen = False
+        if self.reader is None and down is None and now >= st.retry_at:
+            if node:
+                params = self.dash.log_params(self.job_id, node, -1, self.interval)
+                self.reader = _Reader(self.dash, params, skip=self.seen)
+                self.reader.start()
+            elif st.terminal_at is not None:
+                return False
+        return True
+
+    def _broken(self, item: "_Broken", st: "_FollowState", down: Optional[float]) -> None:
+        """The stream broke: back off and reconnect; give up after ``outage_s`` of failures."""
+        assert self.reader is not None and self.poller is not None
+        self.reader.close()
+        self.reader = None
+        st.failures += 1
+        self.reconnects += 1
+        now = time.monotonic()
+        st.failing_since = st.failing_since if st.failures > 1 else now
+        if now - st.failing_since > self.outage_s and down is None:
+            raise ClusterUnreachable(
+                f"the log of {self.job_id} has not been readable for {self.outage_s:.0f} s ({item.why}); "
+                f"the job may still run: `rayjobs status {self.job_id}`")
+        st.retry_at = now + min(2.0, 0.05 * 2 ** st.failures)
+        if (st.failures == 1 and self.seen) or st.failures == 4 or st.failures % 30 == 0:
+            self.say(f"log stream of {self.job_id} interrupted ({item.why}); reconnecting")
+        self.poller.kick.set()
 
     def _finish(self, node: str, checks: int) -> Iterator[Optional[bytes]]:
         """The job is over and the stream is quiet: make sure we have the whole file (generator -> bool)."""

@@ -49,7 +49,7 @@ def _epoch(iso: str) -> float:
 
 
 def request_from_metadata(sid: str, meta: dict[str, Any], created_ms: int = 0, runner_job: str = "") -> Request:
-    from rayjobs import __version__
+    from rayjobs.shared import __version__
 
     try:
         groups = capacity.clean_groups(json.loads(meta.get("gpu_groups") or "[]"))

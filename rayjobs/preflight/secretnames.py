@@ -59,5 +59,5 @@ def cluster_env_names(embedded_cluster: bool) -> Optional[set[str]]:
             return {kv.split(b"=", 1)[0].decode(errors="replace") for kv in raw.split(b"\0") if b"=" in kv}
         return set(os.environ)
     rec = settings.remembered_cluster()
-    names = rec.get("secrets", rec.get("secret_names"))
+    names = rec.get("secrets")
     return set(names) if isinstance(names, list) else None

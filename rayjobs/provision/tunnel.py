@@ -126,6 +126,7 @@ def connect(name: Optional[str] = None, port: Optional[int] = None, out: Any = N
         "gpus": state.get("gpus"),
         "ray_version": state.get("ray_version"),
         "verl_version": state.get("verl_version"),
+        "secrets": state.get("secrets"),  # names the cluster's jobs get (preflight's secret check)
         "tunnel": {"pid": proc.pid, "local_port": local, "forward": forward, "ssh_host": name},
         "connected_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }

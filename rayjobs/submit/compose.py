@@ -294,12 +294,12 @@ def check_types(cfg: Any, overrides: Sequence[str]) -> None:
     """Hydra accepts ``trainer.nnodes=two``; verl would fail on the GPUs. Catch it here."""
     from omegaconf import OmegaConf
 
-    schema = verl_schema()
+    verl_keys = verl_schema()
     for ov in overrides:
         if "=" not in ov or ov.startswith("~") or is_own(ov):
             continue
         key = override_key(ov)
-        default = schema.get(key)
+        default = verl_keys.get(key)
         if default is None or isinstance(default, str) and "${" in default:
             continue
         value = OmegaConf.select(cfg, key, throw_on_missing=False)

@@ -9,6 +9,7 @@ stdout carries only data: one submission id per line (or the dry-run JSON); chat
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -17,7 +18,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
 
 from rayjobs.errors import run_cli
 from rayjobs.submit import compose
@@ -174,6 +175,22 @@ def _yaml(cfg: Any) -> str:
     return yaml.dump(configcache.raw(cfg), Dumper=Dumper, sort_keys=False)
 
 
+#: Where run_points puts the ids instead of stdout, while a Python caller asks for them.
+_CALLER_IDS: Optional[list[str]] = None
+
+
+@contextlib.contextmanager
+def ids_to_caller() -> Iterator[list[str]]:
+    """Within it, the ids of what is submitted (by Hydra's launcher, for a sweep) go to the list
+    it yields, not to stdout; ``rayjobs.follow`` is not followed."""
+    global _CALLER_IDS
+    saved, _CALLER_IDS = _CALLER_IDS, []
+    try:
+        yield _CALLER_IDS
+    finally:
+        _CALLER_IDS = saved
+
+
 def run_points(points: Sequence[Composed], sweep: bool = False) -> list[str]:
     """prepare + (dry-run print | send + print ids). Returns the ids (empty for dry-run)."""
     prepared = prepare(points, sweep=sweep)
@@ -190,6 +207,9 @@ def run_points(points: Sequence[Composed], sweep: bool = False) -> list[str]:
     if not rj.preflight:
         print("rayjobs: warning: rayjobs.preflight=false, the config was not checked", file=sys.stderr)
     ids = send(prepared, address=rj.address)
+    if _CALLER_IDS is not None:  # the Python API (rayjobs.api.submit_sweep) takes the ids itself
+        _CALLER_IDS.extend(ids)
+        return ids
     for jid in ids:
         print(jid, flush=True)
     if len(ids) == 1:
@@ -215,7 +235,7 @@ def _main(argv: Sequence[str]) -> int:
     if args.multirun:
         hydra = compose.make_hydra()
         with compose.translate_errors(args.overrides):
-            hydra.multirun(config_name=compose.CONFIG_NAME, task_function=_no_task, overrides=list(args.overrides))
+            hydra.multirun(config_name=compose.CONFIG_NAME, task_function=no_task, overrides=list(args.overrides))
         return 0
     c = compose.compose(args.overrides)
     if args.cfg:
@@ -227,7 +247,7 @@ def _main(argv: Sequence[str]) -> int:
     return 0
 
 
-def _no_task(cfg: Any) -> None:  # pragma: no cover - the rayjobs launcher never runs tasks locally
+def no_task(cfg: Any) -> None:  # pragma: no cover - the rayjobs launcher never runs tasks locally
     raise RuntimeError("the rayjobs launcher submits jobs; it never runs the task locally")
 
 

@@ -16,14 +16,12 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any, Mapping, Optional, Sequence
 
-from rayjobs import __version__
+from rayjobs.shared import SECRET_PATTERN, __version__
 from rayjobs.submit.compose import Composed, is_own, override_key
 from rayjobs.errors import ConfigError
 
 #: The wrapper every job runs under (per-attempt metrics file, retries, queue admission).
 RUNNER = "python3 -m rayjobs.oncluster.runner --"
-#: Env vars that must never travel in a job's runtime_env: anyone who can list jobs reads them.
-SECRET_PATTERN = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.I)
 #: Env vars verl 0.9.1 sets itself in ray.init; setting them in the job's runtime_env makes
 #: verl's ray.init fail with "Failed to merge the Job's runtime env".
 VERL_OWNED_ENV = frozenset({"VERL_FULL_DETERMINISM", "VLLM_BATCH_INVARIANT", "VERL_RL_INSIGHT_ENABLE"})
@@ -143,12 +141,12 @@ def verl_overrides(c: Composed, forced: Mapping[str, Any]) -> list[str]:
 
     from rayjobs.submit.compose import verl_schema
 
-    schema = verl_schema()
+    verl_keys = verl_schema()
     out: dict[str, str] = {}
     for key in c.preset:
         # A preset may add keys verl's defaults lack (e.g. inside `override_config: {}`); on
         # verl's command line those need `++` (add or override), or verl's struct mode refuses them.
-        add = "++" if schema and key not in schema else ""
+        add = "++" if verl_keys and key not in verl_keys else ""
         out[key] = f"{add}{key}={format_value(_value(c.cfg, key))}"
     for ov in c.overrides:
         if is_own(ov):
@@ -196,16 +194,8 @@ def config_hash(cfg: Any) -> str:
 
 
 # --------------------------------------------------------------------------- build
-def build_spec(c: Composed, ctx: Context) -> JobSpec:
-    """The Ray job for one composed point. Pure: same inputs, same spec."""
-    from omegaconf import OmegaConf
-
-    cfg = c.cfg
-    rj = cfg.rayjobs
-    sid = job_id(c.experiment, ctx)
-    storage = str(rj.storage)
-    if not storage.startswith("/"):
-        raise ConfigError(f"rayjobs.storage={storage!r} is a relative path; give an absolute path on the cluster's shared storage")
+def job_env(rj: Any) -> dict[str, str]:
+    """``rayjobs.env`` as the job's env vars; a secret-looking or verl-owned name is refused."""
     env = {str(k): str(v) for k, v in (rj.env or {}).items()}
     for name in env:
         if SECRET_PATTERN.search(name):
@@ -215,13 +205,13 @@ def build_spec(c: Composed, ctx: Context) -> JobSpec:
             )
         if name in VERL_OWNED_ENV:
             raise ConfigError(f"rayjobs.env.{name} is set by verl itself; setting it makes verl's ray.init fail: remove it")
+    return env
 
-    if ctx.sweep is not None:
-        run = f"{ctx.sweep}_{slug(point_label(ctx.sweep_overrides, '-'), 80)}" if ctx.sweep_overrides else sid
-    else:
-        run = sid
-    project = str(OmegaConf.select(cfg, "trainer.project_name", default="rayjobs"))
-    meta: dict[str, str] = {
+
+def base_metadata(c: Composed, ctx: Context) -> dict[str, str]:
+    """The metadata every rayjobs job carries (strings: Ray's metadata is str -> str)."""
+    rj = c.cfg.rayjobs
+    return {
         "rayjobs": __version__,
         "experiment": c.experiment,
         "overrides": json.dumps(list(c.overrides)),
@@ -231,40 +221,63 @@ def build_spec(c: Composed, ctx: Context) -> JobSpec:
         "max_retries": str(int(rj.max_retries)),
         "git_sha": ctx.git_sha,
         "git_dirty": "1" if ctx.git_dirty else "0",
-        "config_hash": config_hash(cfg),
+        "config_hash": config_hash(c.cfg),
         "submitted_at": ctx.now.isoformat(timespec="milliseconds"),
         "kind": str(rj.kind),
     }
 
+
+def verl_args(c: Composed, run: str, storage: str) -> tuple[list[str], dict[str, str]]:
+    """A verl job's command-line overrides and run metadata (run name, dirs, GPU groups).
+
+    The user's ``trainer.experiment_name`` / ``default_local_dir`` win (then a resubmission resumes
+    that run); otherwise the run is named by rayjobs and checkpoints go under the storage root.
+    """
+    from omegaconf import OmegaConf
+
+    cfg = c.cfg
+    project = str(OmegaConf.select(cfg, "trainer.project_name", default="rayjobs"))
+    if any(override_key(o) == "trainer.experiment_name" for o in c.overrides):
+        run = str(cfg.trainer.experiment_name)
+    ckpt = OmegaConf.select(cfg, "trainer.default_local_dir")
+    user_dir = any(override_key(o) == "trainer.default_local_dir" for o in c.overrides)
+    ckpt = str(ckpt) if user_dir else f"{storage}/checkpoints/{project}/{run}"
+    logger = list(OmegaConf.to_container(cfg.trainer.logger, resolve=True) or [])
+    forced: dict[str, Any] = {
+        "trainer.experiment_name": run,
+        "trainer.default_local_dir": ckpt,
+        "trainer.logger": logger + ([] if "file" in logger else ["file"]),
+    }
+    meta = {"run": run, "run_dir": f"{storage}/runs/{project}/{run}", "checkpoint_dir": ckpt,
+            "gpu_groups": json.dumps(gpu_groups(cfg))}
+    return verl_overrides(c, forced), meta
+
+
+def build_spec(c: Composed, ctx: Context) -> JobSpec:
+    """The Ray job for one composed point. Pure: same inputs, same spec."""
+    from omegaconf import OmegaConf
+
+    rj = c.cfg.rayjobs
+    sid = job_id(c.experiment, ctx)
+    storage = str(rj.storage)
+    if not storage.startswith("/"):
+        raise ConfigError(f"rayjobs.storage={storage!r} is a relative path; give an absolute path on the cluster's shared storage")
+    env = job_env(rj)
+    run = sid
+    if ctx.sweep is not None and ctx.sweep_overrides:
+        run = f"{ctx.sweep}_{slug(point_label(ctx.sweep_overrides, '-'), 80)}"
+    meta = base_metadata(c, ctx)
     if rj.kind == "verl":
-        user_name = any(override_key(o) == "trainer.experiment_name" for o in c.overrides)
-        run = str(cfg.trainer.experiment_name) if user_name else run
-        ckpt = OmegaConf.select(cfg, "trainer.default_local_dir")
-        user_dir = any(override_key(o) == "trainer.default_local_dir" for o in c.overrides)
-        ckpt = str(ckpt) if user_dir else f"{storage}/checkpoints/{project}/{run}"
-        logger = list(OmegaConf.to_container(cfg.trainer.logger, resolve=True) or [])
-        forced: dict[str, Any] = {
-            "trainer.experiment_name": run,
-            "trainer.default_local_dir": ckpt,
-            "trainer.logger": logger + ([] if "file" in logger else ["file"]),
-        }
-        args = verl_overrides(c, forced)
-        groups = gpu_groups(cfg)
-        meta.update({"run": run, "run_dir": f"{storage}/runs/{project}/{run}", "checkpoint_dir": ckpt,
-                     "gpu_groups": json.dumps(groups)})
+        args, more = verl_args(c, run, storage)
     elif rj.kind == "command":
         args = [str(a) for a in OmegaConf.to_container(rj.args, resolve=True)]
-        meta.update({"run": run, "run_dir": f"{storage}/runs/{slug(c.experiment, 40)}/{run}", "gpu_groups": "[]"})
+        more = {"run": run, "run_dir": f"{storage}/runs/{slug(c.experiment, 40)}/{run}", "gpu_groups": "[]"}
     else:
         raise ConfigError(f"rayjobs.kind={rj.kind!r} is not one of: verl, command")
-
+    meta.update(more)
     entrypoint = " ".join([RUNNER, str(rj.entrypoint)] + [shlex.quote(a) for a in args])
     runtime_env: dict[str, Any] = {"working_dir": ctx.working_dir, "excludes": list(rj.excludes)}
     if env:
         runtime_env["env_vars"] = env
-    return JobSpec(
-        entrypoint=entrypoint,
-        submission_id=sid,
-        runtime_env=MappingProxyType(runtime_env),
-        metadata=MappingProxyType(meta),
-    )
+    return JobSpec(entrypoint=entrypoint, submission_id=sid, runtime_env=MappingProxyType(runtime_env),
+                   metadata=MappingProxyType(meta))
