@@ -43,6 +43,7 @@ import os
 import secrets
 import signal
 import socket
+import subprocess
 import sys
 import time
 import urllib.error
@@ -162,6 +163,8 @@ def prepare_env(cfg: Config) -> None:
         os.environ.pop(var, None)
     if cfg.storage:
         os.environ["RAYJOBS_STORAGE"] = cfg.storage
+    if cfg.head:  # the queue (on the head) submits the jobs it admits to this dashboard
+        os.environ["RAYJOBS_DASHBOARD"] = f"http://127.0.0.1:{cfg.dashboard_port}"
     # Entrypoints run with the PATH of `ray start`: this interpreter's python3 comes first.
     os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
     log(f"secrets for the Ray processes: {', '.join(v for v in ('WANDB_API_KEY', 'HF_TOKEN') if os.environ.get(v)) or 'none'}")
@@ -641,6 +644,29 @@ def wait_complete(cfg: Config) -> None:
                  f"{cfg.num_nodes - len(gaps)} of {cfg.num_nodes} nodes present); see those nodes' `sky logs` output")
         time.sleep(0.1)
     write_ready(cfg, nodes)
+    revive_queue(cfg)
+
+
+def revive_queue(cfg: Config) -> None:
+    """After the head's Ray (re)started: start rayjobs' queue at once when its store holds jobs, so
+    the backlog runs on without waiting for the next rayjobs command (non-fatal, bounded)."""
+    try:
+        from rayjobs.oncluster.store import QueueStore
+        from rayjobs.shared import cluster_storage_root
+    except ImportError:
+        return
+    store = QueueStore(None) if os.path.isdir(os.path.join(cluster_storage_root(), "queue")) else None
+    if store is None or not any(r.get("state") in ("waiting", "admitted") for r in store.all().values()):
+        return
+    env = dict(os.environ, RAY_ADDRESS=cfg.gcs)
+    try:
+        r = subprocess.run([sys.executable, "-m", "rayjobs.oncluster.control", "revive"], env=env,
+                           capture_output=True, text=True, timeout=180)
+        log("the queue is back (its backlog reloaded)" if r.returncode == 0 else
+            f"warning: could not start the queue ({(r.stderr.strip().splitlines() or ['?'])[-1]}); "
+            f"the next rayjobs command starts it")
+    except (OSError, subprocess.TimeoutExpired) as e:
+        log(f"warning: could not start the queue ({e.__class__.__name__}); the next rayjobs command starts it")
 
 
 def _version(dist: str) -> Optional[str]:

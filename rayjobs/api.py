@@ -46,14 +46,20 @@ class Job:
 
     @classmethod
     def find(cls, prefix: str, *, address: Optional[str] = None, dashboard: Optional["Dashboard"] = None) -> "Job":
-        """The job whose id is ``prefix`` or starts with it.
+        """The job whose id is ``prefix`` or starts with it: in Ray, or held or finished by the queue.
 
         Raises:
             NoSuchJob: no job on the cluster matches (the closest ids are named).
             JobNotFound: several match.
         """
+        from rayjobs.views.queuestatus import QueueView
+
         d = dashboard or _connect(address)
-        return cls(d.resolve_id(prefix), dashboard=d)
+        view = QueueView.read(d)
+        ids = {j.submission_id for j in d.list_jobs() if j.submission_id} | view.ids()
+        from rayjobs.client.dashboard import resolve_prefix
+
+        return cls(resolve_prefix(prefix, ids), dashboard=d)
 
     @property
     def dashboard(self) -> "Dashboard":
@@ -63,23 +69,26 @@ class Job:
         return self._d
 
     def row(self, *, progress: bool = True) -> dict[str, Any]:
-        """What ``rayjobs status --json`` prints: status (QUEUED-aware), progress, metrics, W&B run.
+        """What ``rayjobs status --json`` prints: status, queue position, progress, metrics, W&B run.
 
-        A job the cluster no longer knows (its head restarted, or it ran elsewhere) comes from
-        the local record, with ``status`` UNKNOWN and ``source`` "record".
+        A waiting job's row comes from the queue; a finished one Ray has forgotten from the queue's
+        history; a job neither knows (its head restarted before the queue had it, or it ran
+        elsewhere) from the local record, with ``status`` UNKNOWN and ``source`` "record".
         """
-        from rayjobs.views import jobrows, queuestatus
-
         from rayjobs.errors import JobNotFound
+        from rayjobs.views import jobrows
+        from rayjobs.views.queuestatus import QueueView
 
         d = self.dashboard
         try:
-            info = d.info(self.job_id)
+            job: Any = d.info(self.job_id)
         except JobNotFound:
-            return recorded_row(self.job_id, d.target.key)
-        row = jobrows.base_row(info, queuestatus.overlay(d, [info]).get(self.job_id))
+            job = QueueView.read(d).as_job(self.job_id)
+            if job is None:
+                return recorded_row(self.job_id, d.target.key)
+        row = jobrows.base_row(job)
         if progress:
-            row = jobrows.add_progress(row, info, d, lines=2000, head_scan=True)
+            row = jobrows.add_progress(row, job, d, lines=2000, head_scan=True)
         if row["attempt"] is None:
             row["attempt"] = 0 if row["status"] in ("PENDING", "QUEUED") else 1
         return row
@@ -93,14 +102,14 @@ class Job:
         return self.status() in TERMINAL
 
     def wait(self, *, timeout: Optional[float] = None, poll: float = 2.0) -> str:
-        """Block until the job ends; its final status.
+        """Block until the job ends (queued time included); its final status.
 
         Raises:
             TimeoutError: still not ended after ``timeout`` seconds (the job goes on).
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            status = str(self.dashboard.info(self.job_id).status).split(".")[-1]
+            status = self.status()
             if status in TERMINAL:
                 return status
             if deadline is not None and time.monotonic() >= deadline:
@@ -108,24 +117,14 @@ class Job:
             time.sleep(poll)
 
     def iter_logs(self, *, tail: Optional[int] = None, clean: bool = True) -> Iterator[str]:
-        """The log as it is now (``tail``: only the last N lines), in chunks; ``clean``: no ANSI codes."""
-        from rayjobs.client.dashboard import DashboardDown
-        from rayjobs.views import logparse
+        """The log as it is now (``tail``: only the last N lines), in chunks; ``clean``: no ANSI codes.
 
-        d = self.dashboard
-        node = getattr(d.info(self.job_id), "driver_node_id", None)
-        if not node:
-            return
-        split = logparse.LineSplitter()
-        try:
-            for chunk in d.iter_log(self.job_id, node, tail if tail is not None else -1):
-                yield logparse.clean_block(split.feed_text(chunk)) if clean else chunk.decode("utf-8", "replace")
-            yield "".join((logparse.clean(x) if clean else x) + "\n" for x in split.flush())
-        except DashboardDown:  # the Jobs API reads the same file another way
-            text = d.logs(self.job_id)
-            if tail is not None:
-                text = "\n".join(text.splitlines()[-tail:]) + "\n" if tail > 0 else ""
-            yield logparse.clean_block(text) if clean else text
+        A job pruned from Ray's table is read from where the queue recorded its log; a waiting job
+        has none yet.
+        """
+        from rayjobs.views import joblog
+
+        return joblog.iter_log(self.dashboard, self.job_id, tail=tail, clean=clean)
 
     def logs(self, *, tail: Optional[int] = None, clean: bool = True) -> str:
         """The log as one string (see :meth:`iter_logs`)."""
@@ -196,15 +195,16 @@ def submit_sweep(experiment: str, overrides: Sequence[str], *, address: Optional
 # --------------------------------------------------------------------------- many jobs
 def list_jobs(*, sweep: Optional[str] = None, statuses: Sequence[str] = (), experiment: Optional[str] = None,
               include_all: bool = False, address: Optional[str] = None) -> list[dict[str, Any]]:
-    """Rows of ``rayjobs list --json`` (oldest first), jobs of the local record the cluster forgot included."""
+    """Rows of ``rayjobs list --json`` (oldest first): Ray's jobs, the queue's waiting and finished
+    ones, and the jobs of the local record the cluster forgot."""
     from rayjobs.views import jobrows
 
     wanted = jobrows.parse_statuses(statuses)
     d = _connect(address)
-    all_jobs = d.list_jobs()
-    records = jobrows.missing_records((j.submission_id for j in all_jobs), d.target.key, sweep)
+    jobs = all_jobs(d)
+    records = jobrows.missing_records((jobrows.field(j, "submission_id") for j in jobs), d.target.key, sweep)
     try:
-        chosen = jobrows.select(all_jobs, sweep=sweep, experiment=experiment, include_all=include_all)
+        chosen = jobrows.select(jobs, sweep=sweep, experiment=experiment, include_all=include_all)
     except RayjobsError:
         if not (sweep and records):
             raise
@@ -212,9 +212,20 @@ def list_jobs(*, sweep: Optional[str] = None, statuses: Sequence[str] = (), expe
     if experiment:
         records = [r for r in records if r["experiment"] == experiment]
         if not chosen and not records:
-            _check_experiment(experiment, all_jobs)
+            _check_experiment(experiment, jobs)
     rows = jobrows.rows(chosen, d) + records
     return [r for r in rows if r["status"] in wanted] if wanted else rows
+
+
+def all_jobs(d: "Dashboard", view: Any = None) -> list[Any]:
+    """Ray's jobs, plus (as dicts) those the queue holds or finished that Ray does not list."""
+    from rayjobs.views.queuestatus import QueueView
+
+    view = view or QueueView.read(d)
+    jobs: list[Any] = d.list_jobs()
+    in_ray = {j.submission_id for j in jobs}
+    jobs += [view.as_job(i) for i in sorted(view.ids() - in_ray)]
+    return jobs
 
 
 def stop_jobs(job_ids: Sequence[str] = (), *, sweep: Optional[str] = None, wait: float = 90.0,
@@ -222,41 +233,58 @@ def stop_jobs(job_ids: Sequence[str] = (), *, sweep: Optional[str] = None, wait:
               say: Any = None) -> dict[str, str]:
     """Stop jobs (by id or prefix) and every job of ``sweep``; ``{id: status}`` after at most ``wait`` s.
 
-    Idempotent: an ended job is left as it is. ``say`` gets one line per thing worth telling.
+    A waiting job is cancelled in the queue (it never starts); a running one gets SIGTERM and the
+    head's grace period to save a checkpoint. Idempotent: an ended job is left as it is.
     """
+    from rayjobs.client import queuechannel
+    from rayjobs.client.dashboard import resolve_prefix
     from rayjobs.views import jobrows
+    from rayjobs.views.queuestatus import QueueView
 
     say = say or (lambda msg: None)
     if not job_ids and not sweep:
         raise ConfigError("name the jobs to stop: rayjobs stop ID... or rayjobs stop --sweep S")
     d = dashboard or _connect(address)
-    all_jobs = d.list_jobs()
-    ids = [d.resolve_id(j, all_jobs) for j in job_ids]
-    ids += [j.submission_id for j in jobrows.select(all_jobs, sweep=sweep)] if sweep else []
+    view = QueueView.read(d)
+    jobs = all_jobs(d, view)
+    known = {jobrows.field(j, "submission_id") for j in jobs}
+    ids = [resolve_prefix(j, known) for j in job_ids]
+    ids += [jobrows.field(j, "submission_id") for j in jobrows.select(jobs, sweep=sweep)] if sweep else []
     ids = list(dict.fromkeys(ids))
-    status = {j.submission_id: jobrows.status_of(j) for j in all_jobs}
-    asked = [i for i in ids if status.get(i) not in TERMINAL]
+    status = {jobrows.field(j, "submission_id"): jobrows.status_of(j) for j in jobs}
     for i in ids:
-        if i in asked:
-            d.stop(i)
-        else:
+        if status.get(i) in TERMINAL:
             say(f"{i} already {status[i]}")
-    if asked:
-        say(f"asked {len(asked)} job(s) to stop; the trainer gets a grace period to save a checkpoint")
-    _wait_terminal(d, asked, status, wait)
+    queued = [i for i in ids if i in view.waiting]
+    running = [i for i in ids if status.get(i) not in TERMINAL and i not in view.waiting]
+    if queued:
+        queuechannel.cancel(d, queued)
+    for i in running:
+        d.stop(i)
+    if queued or running:
+        say(f"asked {len(queued) + len(running)} job(s) to stop; a running trainer gets a grace period to save a checkpoint")
+    _wait_terminal(d, queued + running, status, wait)
     return {i: status.get(i, "?") for i in ids}
 
 
 def _wait_terminal(d: "Dashboard", ids: Sequence[str], status: dict[str, str], wait: float) -> None:
     """Poll (bounded by ``wait`` seconds) until every job of ``ids`` has ended; ``status`` updated."""
+    from rayjobs.views.queuestatus import QueueView
+
     deadline = time.monotonic() + max(0.0, wait)
     pending = set(ids)
     while pending and time.monotonic() < deadline:
+        view = QueueView.read(d, revive=False)
         for i in list(pending):
-            try:
-                status[i] = str(d.info(i).status).split(".")[-1]
-            except RayjobsError:
-                continue
+            if i in view.history and i not in view.admitted:
+                status[i] = str(view.history[i].get("status"))
+            elif i in view.waiting:
+                status[i] = "QUEUED"
+            else:
+                try:
+                    status[i] = str(d.info(i).status).split(".")[-1]
+                except RayjobsError:
+                    continue
             if status[i] in TERMINAL:
                 pending.discard(i)
         if pending:
@@ -272,12 +300,14 @@ def plot_jobs(job_ids: Sequence[str] = (), *, sweep: Optional[str] = None, metri
         raise ConfigError("name the jobs to plot: rayjobs plot ID... or rayjobs plot --sweep S")
     if not output.lower().endswith(".png"):
         raise ConfigError(f"-o {output}: give a .png file name")
+    from rayjobs.client.dashboard import resolve_prefix
+
     d = _connect(address)
-    all_jobs = d.list_jobs()
-    by_id = {j.submission_id: j for j in all_jobs}
-    chosen = [by_id[d.resolve_id(j, all_jobs)] for j in job_ids]
-    chosen += sorted(jobrows.select(all_jobs, sweep=sweep), key=jobrows.order) if sweep else []
-    chosen = list({j.submission_id: j for j in chosen}.values())
+    jobs = all_jobs(d)
+    by_id = {jobrows.field(j, "submission_id"): j for j in jobs}
+    chosen = [by_id[resolve_prefix(j, by_id)] for j in job_ids]
+    chosen += sorted(jobrows.select(jobs, sweep=sweep), key=jobrows.order) if sweep else []
+    chosen = list({jobrows.field(j, "submission_id"): j for j in chosen}.values())
     data = plot.collect(d, chosen, list(metrics) or None, val=val)
     plot.render(data, output, title=f"sweep {sweep}" if sweep else None)
     return data

@@ -5,6 +5,7 @@ Nothing here imports Ray, Hydra or any other rayjobs module, so both sides can i
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from datetime import datetime, timezone
@@ -16,7 +17,8 @@ __version__ = "0.1.0"
 #: The head's Ray settings rayjobs relies on: the embedded head and the node script (bootstrap/ray_node.py) set them.
 HEAD_ENV = {
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-    # Queued jobs wait inside their own driver, but keep Ray from failing a PENDING job early.
+    # The queue submits a job only when it fits; should Ray still hold one PENDING (its supervisor
+    # waiting for a CPU, say), it must not fail it after Ray's default 15 minutes.
     "RAY_JOB_START_TIMEOUT_SECONDS": str(7 * 24 * 3600),
     # Ray kills a stopped job's driver 3 s after SIGTERM: too short for an RL checkpoint.
     "RAY_JOB_STOP_WAIT_TIME_S": "60",
@@ -36,18 +38,56 @@ def secret_names(environ: dict[str, str]) -> list[str]:
     return sorted(k for k, v in environ.items() if v and SECRET_PATTERN.search(k) and not k.startswith("RAY_"))
 
 
+def cluster_storage_root() -> str:
+    """The storage root as the cluster side sees it: ``$RAYJOBS_STORAGE`` (the node script sets it),
+    else ``$RAYJOBS_HOME/storage`` (the embedded head: its processes inherit the client's home)."""
+    import os
+
+    if os.environ.get("RAYJOBS_STORAGE"):
+        return os.environ["RAYJOBS_STORAGE"]
+    home = os.environ.get("RAYJOBS_HOME") or os.path.join(os.path.expanduser("~"), ".rayjobs")
+    return os.path.join(os.path.expanduser(home), "storage")
+
+
 #: Ray's job statuses that never change again.
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
 #: Every status rayjobs shows: Ray's, plus QUEUED (held by the rayjobs queue) and UNKNOWN (a job of
 #: the local record that the cluster no longer knows: its head restarted, or it ran elsewhere).
 STATUSES = ("PENDING", "QUEUED", "RUNNING", "SUCCEEDED", "FAILED", "STOPPED", "UNKNOWN")
 
-#: Metadata key of a runner's own Ray driver: the submission id it runs. Ray lists that driver as a
-#: job of its own; rayjobs' views leave it out.
-RUNNER_OF = "rayjobs_runner_of"
+#: Metadata keys of rayjobs' own small Ray jobs (a submission's enqueue, a control request): the
+#: jobs to queue (:func:`pack_jobs`), and what the job is for. Views leave these jobs out.
+ENQUEUE_KEY = "rayjobs_enqueue"
+ROLE_KEY = "rayjobs_role"
 
-#: The queue actor's status file in the head's Ray log dir (read by the laptop through the log API).
+
+def pack_jobs(jobs: list) -> str:
+    """The jobs of an enqueue request as one metadata value: JSON, zlib, base64 (``z:`` first).
+
+    Ray hands a job's metadata to its entrypoint in ONE environment variable, and Linux refuses an
+    exec whose single environment string exceeds 128 KiB (MAX_ARG_STRLEN): a sweep's requests
+    are alike, so they compress ~20x; the laptop splits what is still too big into several requests.
+    """
+    import base64
+    import zlib
+
+    raw = json.dumps(jobs, separators=(",", ":")).encode()
+    return "z:" + base64.b64encode(zlib.compress(raw, 6)).decode()
+
+
+def unpack_jobs(value: str) -> list:
+    """The jobs of :func:`pack_jobs` (or plain JSON)."""
+    import base64
+    import zlib
+
+    if value.startswith("z:"):
+        value = zlib.decompress(base64.b64decode(value[2:])).decode()
+    return list(json.loads(value or "[]"))
+
+#: The queue's files in the head's Ray log dir (read by the laptop through the log API): its status
+#: (waiting and admitted jobs) and its history (one line per finished job).
 STATUS_FILE = "rayjobs_queue.json"
+HISTORY_FILE = "rayjobs_history.jsonl"
 
 #: How a log line gives a moment: readable, in UTC, to the millisecond (benchmarks compute gaps from it).
 STAMP_FORMAT = "%Y-%m-%d %H:%M:%S"

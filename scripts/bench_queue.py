@@ -1,6 +1,6 @@
-"""Benchmark the cluster-side queue (issue 4): idle gap between jobs, and GPU utilisation.
+"""Benchmark the cluster-side queue (issues 4, 15): idle gap, GPU utilisation, the cost of a backlog.
 
-Both run on real Ray clusters declaring fake GPUs (``tests/test_queue_cluster.py``), inside a
+All run on real Ray clusters declaring fake GPUs (``tests/test_queue_cluster.py``), inside a
 private network namespace, with the verl stand-in holding STRICT_PACK placement groups.
 
 * Idle gap: a blocker holds the whole 1-node cluster (2 GPUs); N jobs needing both GPUs are queued
@@ -12,17 +12,21 @@ private network namespace, with the verl stand-in holding STRICT_PACK placement 
   = allocated GPU-seconds (admission to end) / (4 x makespan), against the ideal packing of the
   same jobs (their measured durations, zero overhead, per-node fit; best of a few list orders)
   and the lower bound GPU-seconds / 4.
+* Backlog: N jobs (default 500) waiting behind a job that holds the cluster: the head's processes
+  and RSS before and after, for rayjobs' queue (records) and for Ray's own PENDING jobs.
 
-    sudo .venv/bin/python scripts/bench_queue.py [--jobs 8]
+    sudo .venv/bin/python scripts/bench_queue.py [--jobs 8] [--backlog 500]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -121,22 +125,99 @@ class GpuSampler:
         return out
 
 
-def waiting_memory() -> dict[str, float]:
-    """Mean RSS (MB) of the processes a queued job keeps on the head: its runner and Ray's job supervisor."""
-    rss: dict[str, list[float]] = {"runner": [], "supervisor": []}
-    for p in Path("/proc").iterdir():
-        if not p.name.isdigit():
-            continue
+def footprint(c: FakeGpuCluster) -> tuple[int, float]:
+    """(processes, MB of RSS) of every process of the cluster."""
+    kb, pids = 0, c.pids()
+    for p in pids:
         try:
-            cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            kb = int((p / "status").read_text().split("VmRSS:")[1].split()[0])
+            kb += int(Path(f"/proc/{p}/status").read_text().split("VmRSS:")[1].split()[0])
         except (OSError, IndexError, ValueError):
             continue
-        if cmd.split(" ", 1)[0].endswith("python3") and cmd.split(" ")[1:3] == ["-m", "rayjobs.oncluster.runner"]:  # not Ray's `sh -c`
-            rss["runner"].append(kb / 1024)
-        elif cmd.startswith("ray::JobSupervisor"):
-            rss["supervisor"].append(kb / 1024)
-    return {k: statistics.mean(v) if v else float("nan") for k, v in rss.items()} | {"n": len(rss["runner"])}
+    return len(pids), kb / 1024
+
+
+def settled(c: FakeGpuCluster, wait_s: float = 8.0) -> tuple[int, float]:
+    """The footprint once short-lived processes (a request job, Ray's idle workers) have gone."""
+    time.sleep(wait_s)
+    return min((footprint(c) for _ in range(3)), key=lambda f: f[0])
+
+
+def bench_backlog(root: Path, n: int) -> dict[str, Any]:
+    """What ``n`` waiting jobs cost the head: rayjobs' queue vs Ray's own PENDING jobs, one cluster each."""
+    out: dict[str, Any] = {"n": n}
+    whole = ["trainer.nnodes=1", "trainer.n_gpus_per_node=2", "+fake.steps=1"]
+    c = FakeGpuCluster(root / "backlog", nodes=((2, 6),)).start()
+    try:
+        client = c.client()
+        blocker = submit_points(c, [whole + ["+fake.hold_gpus=true", "+fake.hold_s=3600"]])[0]
+        wait_admitted(client, blocker)
+        base = settled(c)
+        t = time.monotonic()
+        submit_points(c, [whole + [f"trainer.total_epochs={k + 1}"] for k in range(n)])
+        out["ours_submit_s"] = time.monotonic() - t
+        out["ours"] = settled(c)
+        out["ours_base"] = base
+        client.stop_job(blocker)
+    finally:
+        c.stop()
+    c = FakeGpuCluster(root / "pending", nodes=((2, 6),)).start()
+    try:
+        client = c.client()
+        hold = client.submit_job(entrypoint="python3 -c 'import time; time.sleep(3600)'", entrypoint_num_gpus=2)
+        deadline = time.monotonic() + 120
+        while str(client.get_job_status(hold)) != "RUNNING" and time.monotonic() < deadline:
+            time.sleep(0.5)
+        base = settled(c)
+        t = time.monotonic()
+        for _ in range(n):
+            client.submit_job(entrypoint="python3 -c 'print(1)'", entrypoint_num_gpus=2)
+        out["ray_submit_s"] = time.monotonic() - t
+        out["ray"] = settled(c)
+        out["ray_base"] = base
+    finally:
+        c.stop()
+    return out
+
+
+def _finished_record(k: int, now: float) -> dict[str, Any]:
+    """A finished job's record as the queue writes it (a sweep point of fake_ppo, its final metrics)."""
+    sid = f"fake_ppo-20261101-000000-{k:04x}"
+    meta = {"experiment": "fake_ppo", "run": sid, "sweep": "fake_ppo-20261101-000000", "kind": "verl",
+            "priority": "0", "max_retries": "0", "overrides": f'["trainer.total_epochs={k}"]',
+            "submitted_at": "2026-11-01T00:00:00.000+00:00", "run_dir": f"/storage/runs/x/{sid}"}
+    return {"id": sid, "state": "done", "status": "SUCCEEDED" if k % 10 else "FAILED", "queued_at": now - 9000 + k,
+            "admitted_at": now - 8000 + k, "finished_at": now - 7000 + k, "message": "", "pruned": True,
+            "spec": {"entrypoint": "python3 -m rayjobs.oncluster.runner", "submission_id": sid, "metadata": meta},
+            "final": {"step": 100, "data": {"critic/score/mean": 0.5 + k / 10000}, "attempts": 1}}
+
+
+def bench_history(root: Path, n: int, ray_jobs: int) -> dict[str, Any]:
+    """`rayjobs list` over ``n`` finished jobs in the queue's history (pruned from Ray's table), then
+    again with ``ray_jobs`` finished jobs in Ray's own table, side by side with `ray job list`."""
+    from rayjobs.oncluster.store import QueueStore
+
+    c = FakeGpuCluster(root / "history", nodes=((2, 6),))
+    store = QueueStore(c.root / "storage" / "queue" / "default")
+    now = time.time()
+    for k in range(n):  # what n finished jobs leave in the store (written before the head starts)
+        store.put(_finished_record(k, now))
+    c.start()
+    try:
+        env = dict(os.environ)
+        rj = [sys.executable, "-m", "rayjobs", "list", "--address", c.address]
+        ray_cli = [os.path.join(os.path.dirname(sys.executable), "ray"), "job", "list", "--address", c.address]
+        benchlib.timed(rj, env=env)  # the first command revives the queue: it reloads the store
+        shown = len(json.loads(subprocess.run(rj + ["--json"], capture_output=True, text=True, env=env).stdout))
+        alone = benchlib.interleaved({"rayjobs": lambda: benchlib.timed(rj, env=env)}, 5)
+        client = c.client()
+        ids = [client.submit_job(entrypoint="true", entrypoint_num_cpus=1) for _ in range(ray_jobs)]
+        wait_all(client, ids, timeout=1800)
+        both = benchlib.interleaved({"rayjobs": lambda: benchlib.timed(rj, env=env),
+                                     "ray": lambda: benchlib.timed(ray_cli, env=env)}, 5)
+        return {"n": n, "shown": shown, "ray_jobs": ray_jobs, "alone": alone["rayjobs"], "rayjobs": both["rayjobs"],
+                "ray": both["ray"]}
+    finally:
+        c.stop()
 
 
 def bench_gap(root: Path, n: int) -> dict[str, Any]:
@@ -147,8 +228,7 @@ def bench_gap(root: Path, n: int) -> dict[str, Any]:
         blocker = submit_points(c, [whole[:-2] + ["+fake.steps=1", "+fake.hold_s=600"]])[0]
         wait_admitted(client, blocker)
         ids = submit_points(c, [whole + [f"trainer.total_epochs={k + 1}"] for k in range(n)])
-        time.sleep(3)  # every runner registered
-        mem = waiting_memory()
+        time.sleep(3)  # every job queued
         sampler = GpuSampler(c.gcs)
         client.stop_job(blocker)
         st = wait_all(client, ids)
@@ -175,7 +255,7 @@ def bench_gap(root: Path, n: int) -> dict[str, Any]:
             spans.append((float(re.search(r"start ([\d.]+)", log).group(1)), float(re.search(r"end ([\d.]+)", log).group(1))))
         spans.sort()
         ray_pending = [b[0] - a[1] for a, b in zip(spans, spans[1:])]
-        return {"ours": ours, "ray": ray_pending, "react": react, "gpu_idle": gpu_idle, "mem": mem}
+        return {"ours": ours, "ray": ray_pending, "react": react, "gpu_idle": gpu_idle}
     finally:
         c.stop()
 
@@ -244,6 +324,11 @@ def bench_util(root: Path) -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--jobs", type=int, default=8)
+    ap.add_argument("--backlog", type=int, default=500, help="waiting jobs for the backlog cost (rayjobs vs Ray PENDING)")
+    ap.add_argument("--history", type=int, default=2000, help="finished jobs in the queue's history for `rayjobs list`")
+    ap.add_argument("--ray-jobs", type=int, default=200, help="finished jobs in Ray's own table for `ray job list`")
+    ap.add_argument("--only", choices=("gap", "util", "backlog", "history"), action="append",
+                    help="run only these parts (the doc section is written only for a full run)")
     a = ap.parse_args()
     root = benchlib.isolated_home("rjq")
     work = root / "project"
@@ -254,19 +339,29 @@ def main() -> None:
     from rayjobs.oncluster.queueactor import WAIT_POLL_S as WAIT_POLL  # noqa: N811
 
     load0 = os.getloadavg()[0]
+    parts = {"gap": lambda: bench_gap(root, a.jobs), "util": lambda: bench_util(root),
+             "backlog": lambda: bench_backlog(root, a.backlog),
+             "history": lambda: bench_history(root, a.history, a.ray_jobs)}
+    got: dict[str, Any] = {}
     with benchlib.private_netns():
-        gap = bench_gap(root, a.jobs)
-        util = bench_util(root)
+        for name in a.only or parts:
+            got[name] = parts[name]()
     load1 = os.getloadavg()[0]
     shutil.rmtree(root, ignore_errors=True)
+    if a.only:
+        print(json.dumps(got, indent=1, default=str))
+        return
+    gap, util, back, hist = got["gap"], got["util"], got["backlog"], got["history"]
 
-    mem = gap.pop("mem")
+    grow = lambda k: (back[k][0] - back[k + "_base"][0], back[k][1] - back[k + "_base"][1])
+    ours_p, ours_mb = grow("ours")
+    ray_p, ray_mb = grow("ray")
     med = {k: statistics.median(v) if v else float("nan") for k, v in gap.items()}
     fmt = lambda xs: ", ".join(f"{x:.2f}" for x in xs)
     row = lambda name, k: f"| {name} | {med[k]:.2f} | {min(gap[k], default=float('nan')):.2f} | {max(gap[k], default=float('nan')):.2f} | {fmt(gap[k])} |"
     u = util["gpu_s"] / (4 * util["makespan"])
     u_ideal = util["gpu_s"] / (4 * util["ideal"])
-    md = f"""## Queue (issue 4) — `scripts/bench_queue.py`
+    md = f"""## Queue (issues 4, 15) — `scripts/bench_queue.py`
 
 Real Ray 2.60 clusters with fake GPUs in a private network namespace, the verl stand-in holding
 STRICT_PACK placement groups of {{GPU: 1, CPU: 3}}; {os.cpu_count()} cores shared with other work
@@ -288,16 +383,39 @@ Ray's measured 1.2-1.5 s. A driver in the benchmark also sampled the free GPUs i
 
 Target: ≤ 1.0 s median process gap. Ray frees a trainer's placement groups when its driver
 disconnects (`ray.shutdown` at exit), a moment before its process is gone; the queue sees the driver
-end (it polls every {WAIT_POLL:g} s while jobs wait) and, when no retry is left, admits the next job then,
-else when the runner releases. "GPUs idle" for rayjobs is mostly the next trainer's own start-up
+end (it polls every {WAIT_POLL:g} s while jobs wait) and, when no retry is left, admits the next job then:
+it submits it to Ray, which starts its supervisor and the runner (the admission line's time is the
+queue's decision). "GPUs idle" for rayjobs is that start plus the next trainer's own start-up
 (Python, `ray.init`, verl's check) before it creates its placement groups. With Ray PENDING the
 raylet hands the freed GPUs straight to the next pending job's supervisor (they never show as free),
 and they stay unused until its entrypoint runs: its GPU idle time is its process gap, and verl
 could not use GPUs held as entrypoint resources anyway.
 
-**Cost of a queued job** on the head (measured with {mem['n']:.0f} processes waiting): its runner (a
-Ray driver) {mem['runner']:.0f} MB RSS plus Ray's job supervisor actor {mem['supervisor']:.0f} MB RSS; no CPU
-while waiting (one actor call per second).
+**A backlog of {back['n']} waiting jobs** behind a job holding the whole 1-node cluster, side by side
+(each on a fresh cluster; the head's processes and their RSS once settled, before and after):
+
+| waiting jobs | processes on the head | RSS on the head | per job | submit took |
+|---|---:|---:|---:|---:|
+| rayjobs: {back['n']} records in the queue's store (one sweep) | {ours_p:+d} | {ours_mb:+.1f} MB | {ours_mb / back['n'] * 1024:.0f} KB | {back['ours_submit_s']:.1f} s |
+| Ray PENDING (`entrypoint_num_gpus=2`), {back['n']} jobs | {ray_p:+d} | {ray_mb:+.1f} MB | {ray_mb / back['n'] * 1024:.0f} KB | {back['ray_submit_s']:.1f} s |
+
+Target: < 50 MB in all and no process per job for 500 waiting jobs. A waiting rayjobs job is a
+JSON file on the storage root (its code once per content hash), and a line in the queue's status
+file; it reaches Ray only when it is admitted. (Before this design a waiting job kept its runner
+and Ray's job supervisor: 5 processes and ~356 MB each.)
+
+**History**: `rayjobs list` over {hist['n']} finished jobs in the queue's history (records in the store,
+pruned from Ray's job table; {hist['shown']} rows shown), median of 5: **{statistics.median(hist['alone']):.2f} s**
+(target < 1 s). Then {hist['ray_jobs']} more finished jobs kept in Ray's own table, interleaved, same cluster:
+
+| command | median s | min s | max s |
+|---|---:|---:|---:|
+| `rayjobs list` ({hist['n']} from the history + {hist['ray_jobs']} from Ray's table) | {statistics.median(hist['rayjobs']):.2f} | {min(hist['rayjobs']):.2f} | {max(hist['rayjobs']):.2f} |
+| `ray job list` ({hist['ray_jobs']} jobs in Ray's table) | {statistics.median(hist['ray']):.2f} | {min(hist['ray']):.2f} | {max(hist['ray']):.2f} |
+
+The history file (one JSON line per finished job, in the head's log dir) is read in one request;
+Ray's table is pruned of a finished job after `RAYJOBS_RETENTION_S` (default 6 h), so it stays short
+on a cluster that ran thousands of jobs. Each command includes its interpreter start.
 
 **GPU utilisation** over a queue of {util['n']} jobs ({util['n1']} x 1 GPU, {util['n2']} x 2 GPUs, ~{util['mean_job_s']:.1f} s each
 from admission to end) on 2 nodes x 2 GPUs, queued behind a blocker and released at once:

@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -96,16 +95,31 @@ def rayjobs_cli(*args: str, cwd: Optional[Path] = None, env: Optional[dict[str, 
 
 
 def wait_terminal(client: Any, job_id: str, timeout: float = 120) -> str:
-    """Poll a job's status until terminal (bounded)."""
+    """Poll a job's status until terminal (bounded). The queue submits a job to Ray only when it
+    fits, so until then Ray does not know the id: that is "not yet", not an error."""
     deadline = time.monotonic() + timeout
     status = "?"
     while time.monotonic() < deadline:
-        status = str(client.get_job_status(job_id))
+        try:
+            status = str(client.get_job_status(job_id))
+        except RuntimeError as e:
+            if "does not exist" not in str(e) and "404" not in str(e):
+                raise
+            status = "QUEUED (not in Ray yet)"
         if status in ("SUCCEEDED", "FAILED", "STOPPED"):
             return status
         time.sleep(0.3)
     raise AssertionError(f"{job_id} still {status} after {timeout} s")
 
 
+def queue_status(target: Any, job_id: str) -> str:
+    """A job's status as rayjobs sees it (QUEUED while the queue holds it; its history after)."""
+    from rayjobs.api import Job
+    from rayjobs.client.dashboard import Dashboard
+
+    return Job(job_id, dashboard=Dashboard(target)).status()
+
+
 def job_list(client: Any) -> list[str]:
-    return [j.submission_id for j in client.list_jobs()]
+    """The ids of the user jobs Ray lists (rayjobs' own small jobs, tagged rayjobs_role, left out)."""
+    return [j.submission_id for j in client.list_jobs() if "rayjobs_role" not in (j.metadata or {})]

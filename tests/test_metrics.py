@@ -60,13 +60,6 @@ def test_progress_follows_a_whole_log():
     assert p.summary()["metrics"]["critic/score/mean"] == 0.53
 
 
-def test_queue_lines_from_the_runner():
-    p = logparse.parse_lines(["[rayjobs] QUEUED at position 3: waiting for GPUs", "[rayjobs] QUEUED at position 1: x"])
-    assert p.queued == 1 and status_line("j", "RUNNING", p).startswith("j · QUEUED")
-    p.feed("[rayjobs] admitted after 2.00 s at 2026-12-01 11:27:35.123 UTC: 1 group of 1 GPU")
-    assert p.queued is None and status_line("j", "RUNNING", p).startswith("j · RUNNING")
-
-
 def test_feed_block_skips_blocks_without_markers_and_matches_line_by_line():
     text = logparse.clean_block("\n".join(LOG) + "\n")
     a, b = logparse.Progress(), logparse.parse_lines(LOG)

@@ -1,13 +1,6 @@
 """Per-node fit (rayjobs.oncluster.capacity) and the queue's ordering, without a cluster."""
 
-import json
-import time
-from types import SimpleNamespace
-
-import pytest
-
 from rayjobs.oncluster import capacity
-from rayjobs.views import queuestatus
 from rayjobs.oncluster import request
 from rayjobs.oncluster.capacity import FITS, NEVER, WAIT, Node
 
@@ -69,56 +62,33 @@ def test_nodes_from_state_rows():
 
 def test_order_priority_then_submission_then_sweep_point():
     meta = lambda prio, at, sweep="": {"gpu_groups": "[1]", "priority": str(prio), "submitted_at": at, "sweep": sweep}
+    rec = lambda sid, m, queued: {"id": sid, "spec": {"metadata": m}, "queued_at": queued}
     reqs = [
-        request.request_from_metadata("a", meta(0, "2026-01-01T10:00:00+00:00"), created_ms=2),
-        request.request_from_metadata("s-1", meta(0, "2026-01-01T10:00:00+00:00", "s"), created_ms=1),
-        request.request_from_metadata("s-0", meta(0, "2026-01-01T10:00:00+00:00", "s"), created_ms=3),
-        request.request_from_metadata("late-high", meta(10, "2026-01-01T10:05:00+00:00"), created_ms=9),
-        request.request_from_metadata("early", meta(0, "2026-01-01T09:59:59+00:00"), created_ms=0),
+        request.request_from_record(rec("a", meta(0, "2026-01-01T10:00:00+00:00"), 2.0)),
+        request.request_from_record(rec("s-1", meta(0, "2026-01-01T10:00:00+00:00", "s"), 1.0)),
+        request.request_from_record(rec("s-0", meta(0, "2026-01-01T10:00:00+00:00", "s"), 3.0)),
+        request.request_from_record(rec("late-high", meta(10, "2026-01-01T10:05:00+00:00"), 9.0)),
+        request.request_from_record(rec("early", meta(0, "2026-01-01T09:59:59+00:00"), 0.0)),
     ]
     assert [r.id for r in sorted(reqs, key=lambda r: r.key())] == ["late-high", "early", "a", "s-0", "s-1"]
+    assert reqs[0].since == 2.0 and reqs[0].groups == [1]  # the guard's clock: when it was queued (durable)
 
 
-def test_overlay_reports_only_live_queued_jobs(monkeypatch):
-    doc = {"queue": [{"id": "j2", "position": 1}, {"id": "j3", "position": 2}, {"id": "gone", "position": 3}]}
-    monkeypatch.setattr(queuestatus, "read_status", lambda client: doc)
-    jobs = [{"submission_id": "j2", "status": "RUNNING"}, {"submission_id": "j3", "status": "RUNNING"},
-            {"submission_id": "gone", "status": "STOPPED"}, {"submission_id": "j1", "status": "RUNNING"}]
-    assert queuestatus.overlay(None, jobs) == {"j2": {"status": "QUEUED", "queue_position": 1},
-                                         "j3": {"status": "QUEUED", "queue_position": 2}}
-    assert set(queuestatus.overlay(None)) == {"j2", "j3", "gone"}
-    monkeypatch.setattr(queuestatus, "read_status", lambda client: None)
-    assert queuestatus.overlay(None, jobs) == {}
+def test_queue_view_rows_for_waiting_and_finished_jobs():
+    """What `rayjobs list` shows of jobs Ray does not list: waiting ones (QUEUED, their place) and
+    finished ones the queue pruned from Ray (their final metrics)."""
+    from rayjobs.views import jobrows
+    from rayjobs.views.queuestatus import QueueView
 
-
-def test_overlay_says_pending_for_a_young_gpu_job_before_the_queue_has_written_anything(monkeypatch):
-    # A fresh cluster: the first runner is still creating the queue actor (seen on the 2-GPU H200).
-    monkeypatch.setattr(queuestatus, "read_status", lambda client: None)
-    now = time.time() * 1000
-    gpu = {"gpu_groups": "[1, 1]"}
-    jobs = [{"submission_id": "young", "status": "RUNNING", "metadata": gpu, "start_time": now - 3000},
-            {"submission_id": "old", "status": "RUNNING", "metadata": gpu,
-             "start_time": now - (queuestatus.STARTING_S + 5) * 1000},   # queue switched off: RUNNING
-            {"submission_id": "cpu", "status": "RUNNING", "metadata": {"gpu_groups": "[]"}, "start_time": now},
-            {"submission_id": "ended", "status": "FAILED", "metadata": gpu, "start_time": now}]
-    assert queuestatus.overlay(None, jobs) == {"young": {"status": "PENDING", "queue_position": None}}
-    assert queuestatus.overlay(None) == {}
-
-
-def test_overlay_says_pending_for_a_gpu_job_the_queue_has_not_seen_yet(monkeypatch):
-    # Ray reports RUNNING once the entrypoint starts, before the runner has asked the queue.
-    doc = {"queue": [], "admitted": [{"id": "old"}], "seen": ["old", "done"]}
-    monkeypatch.setattr(queuestatus, "read_status", lambda client: doc)
-    gpu = {"gpu_groups": "[1]"}
-    jobs = [{"submission_id": "new", "status": "RUNNING", "metadata": gpu},
-            {"submission_id": "old", "status": "RUNNING", "metadata": gpu},
-            {"submission_id": "done", "status": "RUNNING", "metadata": gpu},      # released, exiting
-            {"submission_id": "cpu", "status": "RUNNING", "metadata": {"gpu_groups": "[]"}},
-            {"submission_id": "raw", "status": "RUNNING", "metadata": {}},
-            {"submission_id": "ended", "status": "SUCCEEDED", "metadata": gpu}]
-    assert queuestatus.overlay(None, jobs) == {"new": {"status": "PENDING", "queue_position": None}}
-    doc["admitted"].append({"id": "new"})
-    assert queuestatus.overlay(None, jobs) == {}
-    del doc["seen"]  # a queue from before this field: no guessing
-    doc["admitted"].pop()
-    assert queuestatus.overlay(None, jobs) == {}
+    meta = {"rayjobs": "0.1.0", "experiment": "fake_ppo", "sweep": "", "gpu_groups": "[2]", "priority": "3",
+            "submitted_at": "2026-12-01T10:00:00+00:00", "overrides": "[]"}
+    v = QueueView(waiting={"w1": {"id": "w1", "position": 1, "reason": "waiting: needs ...", "metadata": meta}},
+                  history={"h1": {"id": "h1", "status": "SUCCEEDED", "metadata": meta, "start_time": 1796000000000,
+                                  "end_time": 1796000100000, "final": {"step": 7, "data": {"critic/score/mean": 0.5},
+                                                                        "attempts": 2}}})
+    assert v.ids() == {"w1", "h1"} and v.position("w1") == 1 and v.position("h1") is None
+    rows = {r["id"]: r for r in jobrows.rows([v.as_job("w1"), v.as_job("h1")], None)}
+    assert (rows["w1"]["status"], rows["w1"]["queue_position"], rows["w1"]["attempt"], rows["w1"]["gpus"]) == ("QUEUED", 1, 0, 2)
+    assert rows["w1"]["priority"] == 3 and rows["w1"]["message"] == "waiting: needs ..."
+    assert (rows["h1"]["status"], rows["h1"]["step"], rows["h1"]["score"], rows["h1"]["attempt"]) == ("SUCCEEDED", 7, 0.5, 2)
+    assert v.as_job("nope") is None

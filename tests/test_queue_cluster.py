@@ -20,7 +20,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from rayjobs.client import embedded, headprocs
+from rayjobs.client import headprocs
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -47,7 +47,9 @@ class FakeGpuCluster:
         for var in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
             self.env.pop(var, None)
         self.env.update(HEAD_ENV)
+        # Its own storage root: the queue's durable store lives there (not the test session's).
         self.env.update({"HOME": str(self.root / "home"), "RAY_AUTH_MODE": "disabled",
+                         "RAYJOBS_STORAGE": str(self.root / "storage"), "RAYJOBS_DASHBOARD": self.address,
                          "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")})
         self.env.update(env or {})
         self.ray = shutil.which("ray", path=self.env["PATH"]) or "ray"

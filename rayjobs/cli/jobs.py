@@ -175,6 +175,8 @@ def _status_text(row: dict[str, Any]) -> str:
             v = f"{v}/{row['total_steps']}"
         elif k == "message":
             v = " ".join(str(v).split())[:300]
+        elif k == "status" and row.get("cause"):
+            v = f"{v} ({row['cause']})"
         lines.append(f"{k}: {v}")
     return "\n".join(lines)
 
@@ -215,6 +217,8 @@ def _cells(r: dict[str, Any], now: float) -> list[str]:
     from rayjobs.views.panel import fmt_num
 
     status = r["status"] + (f" #{r['queue_position']}" if r.get("queue_position") is not None else "")
+    if r.get("cause"):
+        status += f" ({r['cause']})"
     if r.get("source") == "record":
         status += " (record)"
     try:

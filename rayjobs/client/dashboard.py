@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Optional
 
 from rayjobs.errors import ClusterUnreachable, ConfigError, JobNotFound, NoSuchJob, RayjobsError, SubmitError, did_you_mean
 from rayjobs.settings import Target
-from rayjobs.shared import RUNNER_OF
+from rayjobs.shared import ROLE_KEY
 
 if TYPE_CHECKING:  # the SDK's types, for annotations only (importing Ray costs ~0.4 s)
     from ray.job_submission import JobDetails, JobSubmissionClient
@@ -30,6 +30,24 @@ LOG_STREAM = "/api/v0/logs/stream"
 def warm_up() -> None:
     """Import the Jobs SDK now (~0.4 s), e.g. in a thread while the submit's checks run."""
     import ray.job_submission  # noqa: F401
+
+
+def resolve_prefix(prefix: str, ids: Iterable[str]) -> str:
+    """The one id of ``ids`` that is ``prefix`` or starts with it (an exact id wins).
+
+    Raises:
+        NoSuchJob: nothing matches (the closest ids are named).
+        JobNotFound: several match.
+    """
+    ids = sorted(set(ids))
+    if prefix in ids:
+        return prefix
+    hits = [i for i in ids if i.startswith(prefix)]
+    if len(hits) == 1:
+        return hits[0]
+    if not hits:
+        raise NoSuchJob(f"no job matches {prefix!r}{did_you_mean(prefix, ids)}; `rayjobs list` shows the ids")
+    raise JobNotFound(f"{prefix!r} matches {len(hits)} jobs ({', '.join(hits[:4])}...); give more of the id")
 
 
 class DashboardDown(RayjobsError):
@@ -138,11 +156,11 @@ class Dashboard:
             raise SubmitError(f"could not read job {job_id}: {_one_line(e)}") from e
 
     def list_jobs(self) -> list["JobDetails"]:
-        """Every job on the cluster (Ray has no filter; callers filter), less rayjobs' runner drivers.
+        """Every job on the cluster (Ray has no filter; callers filter), less rayjobs' own small jobs.
 
-        Each rayjobs runner connects to Ray for the queue as a driver of its own, which Ray lists as
-        a separate DRIVER job (tagged :data:`rayjobs.shared.RUNNER_OF`); counted, two jobs showed as
-        "4 SUCCEEDED". Other drivers (a user's ``ray.init``) stay listed.
+        A submission's enqueue job, a control request and the queue's starter are Ray jobs too
+        (tagged :data:`rayjobs.shared.ROLE_KEY`):
+        counted, two jobs showed as "4 SUCCEEDED". Other drivers (a user's ``ray.init``) stay listed.
         """
         try:
             found = list(self.sdk.list_jobs())
@@ -150,25 +168,7 @@ class Dashboard:
             raise
         except Exception as e:
             raise ClusterUnreachable(f"could not list jobs: {_one_line(e)}") from e
-        return [j for j in found if RUNNER_OF not in (j.metadata or {})]
-
-    def resolve_id(self, prefix: str, jobs: Optional[Iterable[Any]] = None) -> str:
-        """A full submission id from a unique prefix (an exact id wins).
-
-        Raises:
-            NoSuchJob: nothing matches (the closest ids are named).
-            JobNotFound: several match.
-        """
-        jobs = list(jobs) if jobs is not None else self.list_jobs()
-        ids = sorted({j.submission_id for j in jobs if j.submission_id})
-        if prefix in ids:
-            return prefix
-        hits = [i for i in ids if i.startswith(prefix)]
-        if len(hits) == 1:
-            return hits[0]
-        if not hits:
-            raise NoSuchJob(f"no job matches {prefix!r}{did_you_mean(prefix, ids)}; `rayjobs list` shows the ids")
-        raise JobNotFound(f"{prefix!r} matches {len(hits)} jobs ({', '.join(hits[:4])}...); give more of the id")
+        return [j for j in found if ROLE_KEY not in (j.metadata or {})]
 
     def logs(self, job_id: str) -> str:
         """A job's whole driver log, through the Jobs API."""

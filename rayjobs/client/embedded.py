@@ -206,6 +206,7 @@ def start(num_gpus: Optional[int] = None, quiet: bool = False, timeout: Optional
     env = _head_env()
     cmd = _head_cmd(shutil.which("ray", path=env["PATH"]) or "ray", ports, temp, num_gpus, num_cpus)
     url = f"http://127.0.0.1:{ports['dashboard']}"
+    env["RAYJOBS_DASHBOARD"] = url  # the queue (on this head) submits the jobs it admits here
     if not quiet:
         print(f"rayjobs: no cluster configured; starting the embedded local Ray cluster ({url}) ...", file=sys.stderr)
     # A session of its own: every daemon `ray start` launches shares its session id, how stop

@@ -1,28 +1,28 @@
-"""The cluster-side queue: a job whose GPUs are not free waits as QUEUED inside its own Ray job.
+"""The cluster-side queue: a waiting job is a record in a durable store, not a process.
 
-Every job runs under ``rayjobs.oncluster.runner``. Before it starts the trainer, a job with a GPU demand asks
-a detached, named actor (``rayjobs/queue``, ``num_cpus=0``, pinned to the head, created by the first
-runner that needs it, so it also works on clusters rayjobs did not start) for admission. The actor
-admits by priority, then submission order, when the job's ``gpu_groups`` fit per node (each group on
-ONE node, GPUs and 3 CPUs per GPU) given live per-node availability minus the groups of admitted
-jobs that have not created their placement groups yet. The runner releases on exit; the actor also
-drops jobs whose runner died (Ray's job table) or went silent (heartbeats).
+A submit puts records into the store (:mod:`rayjobs.oncluster.enqueue`, a small Ray job); this
+actor (``rayjobs/queue``: detached, ``num_cpus=0``, pinned to the head, one per cluster) reads them
+and submits each job to Ray, under the id the user already has, only when it fits: by priority,
+then submission order, when its ``gpu_groups`` fit per node (each group on ONE node, GPUs and 3 CPUs
+per GPU) given what is free (:mod:`rayjobs.oncluster.clusterstate`) minus the groups of admitted
+jobs whose trainer has no placement group yet. A job without GPU groups starts at once.
 
-* Stopping a queued job is Ray's own ``stop_job``: it kills the waiting runner; the trainer never
-  starts. The queue needs neither the laptop nor the dashboard. If the actor restarts, runners
-  re-register (waiting ones with their original order; admitted ones as admitted).
-* Starvation: later jobs may start ahead of a blocked one (backfill) only while it has waited less
-  than ``RAYJOBS_QUEUE_BACKFILL_S`` (head env, default 300 s); after that nothing behind it starts
-  until it has started (jobs of higher priority still go first).
-* ``QUEUED`` and positions reach the laptop through a small JSON file the actor keeps in the head's
-  Ray log dir, read with the dashboard's log API (:func:`rayjobs.views.queuestatus.overlay`), so
-  ``rayjobs list`` needs only the Jobs/dashboard HTTP API.
+* Durable: the store (:mod:`rayjobs.oncluster.store`) is on the storage root. When the actor starts
+  -- the first time, after a crash, or after the head's Ray was restarted (the node script, or any
+  rayjobs command, revives it) -- it reloads every record: waiting jobs keep their place; a job Ray
+  no longer knows (it ran when Ray went down) gets a new attempt that resumes from its checkpoint
+  when ``rayjobs.max_retries`` allows, else ends ``FAILED`` (cluster restarted).
+* Starvation guard: later jobs may start ahead of a blocked one (backfill) only while it has waited
+  less than ``RAYJOBS_QUEUE_BACKFILL_S`` (head env, default 300 s); then nothing behind it starts
+  until it has (jobs of higher priority still go first).
+* Stop: a waiting job is cancelled through the store (it never starts); a running one by Ray.
+* History: finished jobs stay in the store and in a history file the laptop reads; Ray's own job
+  table is pruned of them after ``RAYJOBS_RETENTION_S`` (head env, default 6 h), so a cluster that
+  ran thousands of jobs keeps a fast dashboard.
+* The laptop sees all of it through two files in the head's log dir (:mod:`rayjobs.oncluster.statusfile`).
 
-This module is the actor; :mod:`rayjobs.oncluster.request` what a runner asks it, :mod:`rayjobs.oncluster.admission`
-the runner's side, :mod:`rayjobs.oncluster.statusfile` the file it keeps and :mod:`rayjobs.views.queuestatus` the
-laptop's view.
-
-This module imports Ray only inside functions: ``rayjobs.submit`` imports it for the fit check.
+The actor's blocking calls (the Jobs API, to submit, poll and prune) run in a small thread pool, so
+its loop looks at the cluster every 0.1 s while jobs wait (every 20 ms for 3 s after a job ends).
 """
 
 from __future__ import annotations
@@ -31,143 +31,148 @@ import asyncio
 import collections
 import os
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from rayjobs.oncluster import capacity
-from rayjobs.oncluster.request import Request
-from rayjobs.oncluster.statusfile import PROTOCOL, StatusFile
+from rayjobs.oncluster import capacity, clusterstate
+from rayjobs.oncluster.jobrecord import finish_record, history_row, lost_attempt, submit_kwargs
+from rayjobs.oncluster.request import Request, request_from_record
+from rayjobs.oncluster.statusfile import MIN_GAP_S, PROTOCOL, REWRITE_S, StatusFile
+from rayjobs.oncluster.store import ADMITTED, DONE, WAITING, QueueStore
+from rayjobs.shared import ROLE_KEY, TERMINAL
 
 NAMESPACE = "rayjobs"
 ACTOR_NAME = "queue"
 #: Head-side settings (read from the environment of ``ray start`` on the head).
 BACKFILL_ENV = "RAYJOBS_QUEUE_BACKFILL_S"
 DEFAULT_BACKFILL_S = 300.0
-SWITCH_ENV = "RAYJOBS_QUEUE"  #: "0"/"off" disables admission (jobs start at once, as plain Ray)
-HEARTBEAT_S = 2.0  #: runners say "still here" this often
-SILENT_S = 20.0  #: a runner silent this long (and not known alive to Ray) is dropped
-RESTART_GRACE_S = 3.0  #: a restarted actor admits nothing until admitted runners re-registered
-FAST_POLL_S = 3.0  #: after a release, poll availability this long ...
-FAST_POLL_EVERY_S = 0.02  #: ... this often (the freed GPUs show up a few hundred ms after exit)
-WAIT_POLL_S = 0.1  #: while jobs wait, look at the cluster this often (a trainer frees its GPUs when
-#: its Ray driver disconnects, which is before its process has exited and the runner releases)
+SWITCH_ENV = "RAYJOBS_QUEUE"  #: "0"/"off": every job is submitted at once, as plain Ray would
+RETENTION_ENV = "RAYJOBS_RETENTION_S"
+DEFAULT_RETENTION_S = 6 * 3600.0
+WAIT_POLL_S = 0.1  #: while jobs wait, look at the cluster this often
+FAST_POLL_S, FAST_POLL_EVERY_S = 3.0, 0.02  #: after a job ended, this long this often
+STATUS_POLL_S = 0.5  #: ask Ray how the admitted jobs are this often
+HEARTBEAT_S = 1.0
+#: A finished job's code snapshot is kept this long (for a rerun; default 7 days).
+CODE_RETENTION_ENV = "RAYJOBS_CODE_RETENTION_S"
+PRUNE_EVERY_ENV = "RAYJOBS_PRUNE_EVERY_S"  #: how often the queue prunes Ray's job table (default 60 s)
+
+
+def _unknown_to_ray(e: BaseException) -> bool:
+    """Does this Jobs API error say Ray has no such job (not: the dashboard did not answer)?"""
+    text = str(e).lower()
+    return "does not exist" in text or "404" in text or "not found" in text
 
 
 def enabled() -> bool:
     return os.environ.get(SWITCH_ENV, "1").strip().lower() not in ("0", "off", "false", "no")
 
 
-# --------------------------------------------------------------------------- the actor
 @dataclass
 class _Entry:
+    rec: dict[str, Any]
     req: Request
-    event: Any = None  #: asyncio.Event, set on admission
     admitted_at: float = 0.0
-    last_seen: float = field(default_factory=time.monotonic)
     unplaced: list[int] = field(default_factory=list)  #: groups without a CREATED placement group yet
     note: str = ""
+    busy: Optional[Future] = None  #: a call to the Jobs API in flight for it (submit, poll, stop)
+    in_ray: bool = False  #: its Ray job exists (the submit returned)
 
 
 class QueueActor:
-    """The queue itself (one per cluster): ``ray.remote(QueueActor)`` named ``rayjobs/queue``, detached."""
+    """The queue itself: ``ray.remote(QueueActor)`` named ``rayjobs/queue``, detached, on the head."""
 
     def __init__(self) -> None:
-        import ray
+        from rayjobs.oncluster.headapi import head_dashboard
 
+        self.store = QueueStore()
+        self.status = StatusFile()
+        self.d = head_dashboard()
+        self.pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="rayjobs-queue")
         self.waiting: dict[str, _Entry] = {}
         self.admitted: dict[str, _Entry] = {}
         self.backfill_s = float(os.environ.get(BACKFILL_ENV, DEFAULT_BACKFILL_S))
+        self.retention_s = float(os.environ.get(RETENTION_ENV, DEFAULT_RETENTION_S))
+        self.prune_every_s = float(os.environ.get(PRUNE_EVERY_ENV, 60.0))
         self.reserving_for: Optional[str] = None
         self.events: collections.deque = collections.deque(maxlen=2000)
-        self.started = time.time()
-        self._status = StatusFile()
-        # After a restart (or a re-creation: a previous actor's status file still lists jobs),
-        # admit nothing for a moment: admitted runners re-register within a heartbeat.
-        restarted = bool(ray.get_runtime_context().was_current_actor_reconstructed) or self._status.had_jobs()
-        self.grace_until = time.monotonic() + (RESTART_GRACE_S if restarted else 0.0)
+        self.cluster: dict[str, Any] = {}
         self._loop: Optional[asyncio.Task] = None
         self._wake: Optional[asyncio.Event] = None
-        self._fast_until = 0.0
-        self._reaped_at = 0.0
-        self._cluster: dict[str, float] = {}
-        self._note("start", "restarted" if restarted else "")
+        self._fast_until = self._polled = self._beat = 0.0
+        self._pruned = time.monotonic()
+        self._sig: Any = None
+        self._doc_at = 0.0
+        self._recover()
+        # Ray runs an async actor's __init__ inside its event loop: start the loop now, so a
+        # restarted actor (a crash, Ray's max_restarts) admits again without waiting for a caller.
+        try:
+            self._start()
+        except RuntimeError:  # no running loop (a direct call, in a test): ping() starts it
+            pass
 
-    # ---------------------------------------------------------------- runner-facing API
-    async def register(self, req: dict[str, Any]) -> dict[str, Any]:
-        """A runner asks to start. Returns its state now (``admitted`` or ``queued`` + position)."""
+    # ---------------------------------------------------------------- API (enqueue, tests)
+    async def ping(self) -> dict[str, int]:
+        """Start the loop (if not yet) and say how many jobs wait and run."""
         self._start()
-        r = Request.from_dict(req)
-        if r.id in self.admitted:
-            self.admitted[r.id].last_seen = time.monotonic()
-            return self._state(r.id)
-        e = self.waiting.get(r.id)
-        if e is None:
-            e = self.waiting[r.id] = _Entry(r, asyncio.Event())
-            self._note("queued", r.id)
-        else:
-            e.req = r
-        e.last_seen = time.monotonic()
-        self._schedule()
-        return self._state(r.id)
-
-    async def wait(self, sid: str, timeout: float = 1.0) -> dict[str, Any]:
-        """Block (up to ``timeout``) until ``sid`` is admitted; doubles as the waiting runner's heartbeat."""
-        self._start()
-        e = self.waiting.get(sid)
-        if e is not None:
-            e.last_seen = time.monotonic()
-            try:
-                await asyncio.wait_for(e.event.wait(), timeout)
-            except asyncio.TimeoutError:
-                pass
-        return self._state(sid)
-
-    async def restore(self, req: dict[str, Any]) -> dict[str, Any]:
-        """An admitted runner re-registers (the actor restarted, or dropped it by mistake)."""
-        self._start()
-        r = Request.from_dict(req)
-        e = self.waiting.pop(r.id, None) or self.admitted.get(r.id) or _Entry(r, asyncio.Event())
-        e.req, e.last_seen = r, time.monotonic()
-        if r.id not in self.admitted:
-            e.admitted_at = e.admitted_at or time.time()
-            e.unplaced = list(r.groups)
-            self.admitted[r.id] = e
-            self._note("restored", r.id)
-        if e.event is not None:
-            e.event.set()
-        return self._state(r.id)
-
-    async def heartbeat(self, sid: str) -> bool:
-        """An admitted runner is alive. False: the actor does not know it (it should :meth:`restore`)."""
-        self._start()
-        e = self.admitted.get(sid) or self.waiting.get(sid)
-        if e is None:
-            return False
-        e.last_seen = time.monotonic()
-        return True
-
-    async def release(self, sid: str) -> bool:
-        """The job ended (or was stopped while queued): forget it and let the next one in."""
-        self._start()
-        gone = self.admitted.pop(sid, None) or self.waiting.pop(sid, None)
-        if gone is not None:
-            self._note("released", sid)
-            self._fast_until = time.monotonic() + FAST_POLL_S
-            self._kick()
-        return gone is not None
+        self._kick()
+        return {"waiting": len(self.waiting), "admitted": len(self.admitted)}
 
     async def snapshot(self) -> dict[str, Any]:
-        """The queue as the status file shows it, plus recent events (tests, benchmarks)."""
+        """The status document, plus recent events (tests, benchmarks)."""
         self._start()
         doc = self._doc()
         doc["events"] = list(self.events)
         return doc
 
-    # ---------------------------------------------------------------- internals
+    # ---------------------------------------------------------------- start and recovery
+    def _recover(self) -> None:
+        """Load the backlog from the store; settle jobs admitted before this actor started."""
+        records = self.store.all()
+        for tmp in self.store.stray_tmp():  # writers cut off mid-write: their old versions stand
+            tmp.unlink(missing_ok=True)
+        for rec in sorted(records.values(), key=lambda r: float(r.get("queued_at") or 0)):
+            if rec.get("state") == WAITING:
+                self._wait(rec)
+            elif rec.get("state") == ADMITTED:
+                self._recover_admitted(rec)
+        self.status.rewrite_history(history_row(r) for r in self.store.all().values() if r.get("state") == DONE)
+        self._note("start", f"{len(self.waiting)} waiting, {len(self.admitted)} admitted")
+        self._take_inbox()  # what came in meanwhile is already loaded: drop the markers
+
+    def _recover_admitted(self, rec: dict[str, Any]) -> None:
+        """A job admitted before this actor started: still in Ray, ended, or lost with the head."""
+        try:
+            status = str(self.d.sdk.get_job_status(rec["id"])).split(".")[-1]
+        except Exception as e:  # noqa: BLE001
+            if _unknown_to_ray(e):  # its head restarted since it was admitted
+                self._lost(rec)
+            else:
+                self._admit_entry(_Entry(rec, request_from_record(rec)), resume=True)
+            return
+        if status in TERMINAL:
+            self._finish(rec, status)
+        else:
+            self._admit_entry(_Entry(rec, request_from_record(rec)), resume=True)
+
+    def _lost(self, rec: dict[str, Any]) -> None:
+        """Ray lost a running job (its head restarted): a new attempt if the retries allow."""
+        again = lost_attempt(rec)
+        self.store.put(again)
+        if again.get("state") == WAITING:
+            self._wait(again)
+            self._note("requeued (cluster restarted)", rec["id"])
+        else:
+            self.status.append_history(history_row(again))
+            self._note("failed (cluster restarted)", rec["id"])
+
+    # ---------------------------------------------------------------- the loop
     def _start(self) -> None:
         if self._loop is None:
+            loop = asyncio.get_running_loop()
             self._wake = asyncio.Event()
-            self._loop = asyncio.get_event_loop().create_task(self._run())
+            self._loop = loop.create_task(self._run())
 
     def _kick(self) -> None:
         if self._wake is not None:
@@ -179,7 +184,7 @@ class QueueActor:
     async def _run(self) -> None:
         while True:
             now = time.monotonic()
-            every = FAST_POLL_EVERY_S if now < self._fast_until else (WAIT_POLL_S if self.waiting else 1.0)
+            every = FAST_POLL_EVERY_S if now < self._fast_until else (WAIT_POLL_S if self.waiting or self.admitted else 0.5)
             try:
                 await asyncio.wait_for(self._wake.wait(), every)
             except asyncio.TimeoutError:
@@ -192,51 +197,153 @@ class QueueActor:
 
     def _tick(self) -> None:
         now = time.monotonic()
-        if now - self._reaped_at >= 1.0:
-            self._reaped_at = now
-            self._reap()
+        self._take_inbox()
+        self._take_requests()
+        self._collect()
+        if now - self._polled >= STATUS_POLL_S:
+            self._polled = now
+            self._poll_admitted()
         self._schedule()
         self._write_status()
+        if now - self._beat >= HEARTBEAT_S:
+            self._beat = now
+            self._heartbeat()
+        if now - self._pruned >= self.prune_every_s:
+            self._pruned = now
+            self.pool.submit(self._prune)
 
-    def _state(self, sid: str) -> dict[str, Any]:
-        if sid in self.admitted:
-            e = self.admitted[sid]
-            return {"state": "admitted", "note": e.note, "admitted_at": e.admitted_at}
-        if sid in self.waiting:
-            order = self._order()
-            pos = 1 + [x.req.id for x in order].index(sid)
-            return {"state": "queued", "position": pos, "note": self.waiting[sid].note,
-                    "reserving_for": self.reserving_for}
-        return {"state": "unknown"}
+    # ---------------------------------------------------------------- inputs
+    def _take_inbox(self) -> None:
+        for sid in self.store.take_inbox():
+            if sid in self.waiting or sid in self.admitted:
+                continue
+            rec = self.store.get(sid)
+            if rec is not None and rec.get("state") == WAITING:
+                self._wait(rec)
+                self._note("queued", sid)
 
+    def _take_requests(self) -> None:
+        for op, sid in self.store.take_requests():
+            if op != "cancel":
+                continue
+            if sid in self.waiting:
+                e = self.waiting.pop(sid)
+                self._finish(e.rec, "STOPPED", "stopped while queued: it never started")
+            elif sid in self.admitted:
+                self.pool.submit(self.d.stop, sid)
+
+    def _wait(self, rec: dict[str, Any]) -> None:
+        self.waiting[rec["id"]] = _Entry(rec, request_from_record(rec))
+
+    # ---------------------------------------------------------------- admitted jobs
+    def _admit_entry(self, e: _Entry, resume: bool = False) -> None:
+        self.waiting.pop(e.req.id, None)
+        e.admitted_at = e.admitted_at or float(e.rec.get("admitted_at") or time.time())
+        e.unplaced = list(e.req.groups)
+        self.admitted[e.req.id] = e
+        if resume:
+            e.in_ray = True
+        else:
+            e.rec = dict(e.rec, state=ADMITTED, admitted_at=e.admitted_at, note=e.note)
+            self.store.put(e.rec)
+            e.busy = self.pool.submit(self._submit, e.rec)
+        self._note("admitted", e.req.id)
+
+    def _submit(self, rec: dict[str, Any]) -> tuple[str, str]:
+        """Submit a job to Ray (in the pool): ("ok" | "error", message)."""
+        try:
+            self.d.submit(submit_kwargs(rec, self.store.code_dir(rec["code"])))
+            return "ok", ""
+        except Exception as e:  # noqa: BLE001
+            msg = " ".join(str(e).split())[:300]
+            return ("ok", "") if "already exists" in msg else ("error", msg)
+
+    def _status(self, sid: str) -> str:
+        """Ray's status of an admitted job (in the pool); "LOST" if Ray does not know it."""
+        try:
+            return str(self.d.sdk.get_job_status(sid)).split(".")[-1]
+        except Exception as e:  # noqa: BLE001
+            return "LOST" if _unknown_to_ray(e) else "?"
+
+    def _poll_admitted(self) -> None:
+        for sid, e in self.admitted.items():
+            if e.busy is None:
+                e.busy = self.pool.submit(self._status, sid)
+
+    def _collect(self) -> None:
+        """Results of the calls in flight: a failed submit or an ended job leaves the admitted set."""
+        for sid, e in list(self.admitted.items()):
+            if e.busy is None or not e.busy.done():
+                continue
+            result, e.busy = e.busy.result(), None
+            if isinstance(result, tuple):  # a submit
+                e.in_ray = result[0] == "ok"
+                if result[0] == "error":
+                    self.admitted.pop(sid)
+                    self._finish(e.rec, "FAILED", f"Ray refused the job at admission: {result[1]}")
+            elif result in TERMINAL:
+                self.admitted.pop(sid)
+                self._finish(e.rec, result)
+            elif result == "LOST":
+                self.admitted.pop(sid)
+                self._lost(e.rec)
+
+    def _finish(self, rec: dict[str, Any], status: str, message: str = "") -> None:
+        done = finish_record(rec, status, message, self._info(rec["id"]) if not message else None)
+        self.store.put(done)
+        self.status.append_history(history_row(done))
+        self._fast_until = time.monotonic() + FAST_POLL_S
+        self._note(status.lower(), rec["id"])
+
+    def _info(self, sid: str) -> Optional[dict[str, Any]]:
+        try:
+            i = self.d.info(sid)
+            return {"message": i.message, "driver_node_id": i.driver_node_id, "start_time": i.start_time,
+                    "end_time": i.end_time}
+        except Exception:  # noqa: BLE001
+            return None
+
+    # ---------------------------------------------------------------- admission
     def _order(self) -> list[_Entry]:
         return sorted(self.waiting.values(), key=lambda e: e.req.key())
 
-    def _admit(self, e: _Entry, note: str = "") -> None:
-        self.waiting.pop(e.req.id, None)
-        e.admitted_at, e.unplaced, e.note = time.time(), list(e.req.groups), note
-        e.last_seen = time.monotonic()
-        self.admitted[e.req.id] = e
-        e.event.set()
-        self._note("admitted", e.req.id)
-
     def _schedule(self) -> None:
         self.reserving_for = None
-        if not self.waiting or time.monotonic() < self.grace_until:
+        if not self.waiting:
             return
-        nodes = self._view()
-        self._cluster = {"nodes": len(nodes), "gpus": sum(n.gpus for n in nodes),
-                         "free_gpus": sum(n.free_gpus for n in nodes)}
-        if not any(n.gpus for n in nodes):  # a CPU-only (dev) cluster: GPU demand cannot be honoured
+        gpu_free = [e for e in self._order() if not e.req.groups]
+        for e in gpu_free:  # nothing to fit: start at once
+            self._admit_entry(e)
+        if not self.waiting:
+            return
+        nodes, created = clusterstate.nodes()
+        self.cluster = clusterstate.describe_cluster(nodes)
+        if not enabled() or not any(n.gpus for n in nodes):
+            why = "the queue is switched off" if not enabled() else "the cluster has no GPUs: the GPU demand is not enforced"
             for e in self._order():
-                self._admit(e, "the cluster has no GPUs: the GPU demand is not enforced")
+                e.note = why
+                self._admit_entry(e)
             return
+        self._refresh_unplaced(created)
+        self._admit_fitting(nodes)
+
+    def _refresh_unplaced(self, created: dict[str, list[int]]) -> None:
+        for e in self.admitted.values():
+            left = clusterstate.unplaced(e.req.groups, e.req.id, created, e.req.retries > 0, e.unplaced)
+            e.unplaced = e.unplaced if left is None else left
+
+    def _admit_fitting(self, nodes: list[capacity.Node]) -> None:
         reserved = [g for e in self.admitted.values() for g in e.unplaced]
         now = time.time()
+        failed: dict[tuple[int, ...], capacity.Verdict] = {}  # a demand that did not fit: same answer for its twins
         for e in self._order():
-            v = capacity.fit(e.req.groups, nodes, reserved)
+            demand = tuple(sorted(e.req.groups))
+            v = failed.get(demand) or capacity.fit(e.req.groups, nodes, reserved)
+            if not v.fits:
+                failed[demand] = v
             if v.fits:
-                self._admit(e)
+                e.note = ""
+                self._admit_entry(e)
                 reserved += e.req.groups
                 continue
             e.note = ("can never fit the cluster as it is now: " if v.state == capacity.NEVER else "waiting: ") + v.reason
@@ -247,101 +354,80 @@ class QueueActor:
                         later.note = f"held behind {e.req.id} (waiting > {self.backfill_s:g} s; no backfill)"
                 break
 
-    # ---------------------------------------------------------------- cluster facts
-    def _drivers(self, key: str) -> Optional[dict[str, bool]]:
-        """Ray drivers whose JobID (hex) or ``job_submission_id`` is ``key``: JobID hex -> dead.
-
-        One filtered GCS query (the runner passes its own JobID; a trainer's driver carries its
-        Ray job's submission id). None if the GCS could not be asked.
-        """
-        import ray
+    # ---------------------------------------------------------------- housekeeping
+    def _heartbeat(self) -> None:
+        from rayjobs.oncluster.store import write_atomic
 
         try:
-            gcs = ray._private.worker.global_worker.gcs_client
-            got = gcs.get_all_job_info(job_or_submission_id=key, skip_submission_job_info_field=True,
-                                       skip_is_running_tasks_field=True, timeout=5)
-        except Exception:
-            return None
-        return {jid.hex(): bool(d.is_dead) for jid, d in got.items()}
+            write_atomic(self.store.root / "service.json",
+                         f'{{"at": {time.time():.3f}, "pid": {os.getpid()}}}\n'.encode())
+        except OSError:
+            pass
 
-    def _reap(self) -> None:
-        """Drop jobs whose runner died (Ray's job table), or went silent for SILENT_S."""
+    def _prune(self) -> None:
+        """(in the pool) Delete from Ray's job table the finished jobs older than the retention and
+        rayjobs' own small jobs (enqueue, control) once they ended; drop code snapshots no waiting,
+        running or recently finished job names."""
+        cutoff = time.time() - self.retention_s
+        records = self.store.all()
+        code_cutoff = time.time() - float(os.environ.get(CODE_RETENTION_ENV, 7 * 86400))
+        self.store.drop_code({str(r.get("code")) for r in records.values()
+                              if r.get("state") != DONE or float(r.get("finished_at") or 0) > code_cutoff})
+        for rec in records.values():
+            if rec.get("state") == DONE and not rec.get("pruned") and float(rec.get("finished_at") or 0) < cutoff:
+                try:
+                    self.d.sdk.delete_job(rec["id"])
+                except Exception:  # noqa: BLE001 (already gone, or never in Ray)
+                    pass
+                self.store.put(dict(rec, pruned=True))
+        try:
+            for j in self.d.sdk.list_jobs():
+                if (j.metadata or {}).get(ROLE_KEY) and str(j.status).split(".")[-1] in TERMINAL and j.submission_id:
+                    self.d.sdk.delete_job(j.submission_id)
+        except Exception:  # noqa: BLE001
+            pass
+
+    def _write_status(self) -> None:
+        """Rewrite the status file when what it shows changed (its build is O(waiting jobs))."""
+        sig = (tuple((e.req.id, e.note) for e in self._order()),
+               tuple((e.req.id, e.in_ray, tuple(e.unplaced)) for e in self.admitted.values()), self.reserving_for)
         now = time.monotonic()
-        for pool in (self.waiting, self.admitted):
-            for sid, e in list(pool.items()):
-                known = self._drivers(e.req.runner_job) if e.req.runner_job else None
-                if known and e.req.runner_job in known:
-                    dead = known[e.req.runner_job]
-                else:
-                    dead = now - e.last_seen > SILENT_S
-                if dead:
-                    pool.pop(sid, None)
-                    self._note("reaped", sid)
-                    self._fast_until = now + FAST_POLL_S
+        if (sig == self._sig and now - self._doc_at < REWRITE_S) or now - self._doc_at < MIN_GAP_S:
+            return
+        self._sig, self._doc_at = sig, now
+        self.status.write(self._doc(), force=True)
 
-    def _view(self) -> list[capacity.Node]:
-        """Per-node capacity to admit into, and each admitted job's groups still without a placement group.
-
-        Free per node = min(Ray's availability view, total - CREATED placement groups): the view
-        lags a just-created placement group by a moment, the placement-group table does not; the
-        view also counts what is used outside placement groups. An admitted job's groups count
-        as reserved until its trainer's placement groups (found through the trainer driver's
-        ``job_submission_id``) are CREATED, and again if they vanish while a retry may follow; a
-        trainer that exited with no retry left frees them at once (before its runner releases).
-        """
-        import ray
-
-        total = ray._private.state.total_resources_per_node()
-        free = ray._private.state.available_resources_per_node()
-        used: dict[str, list[float]] = {}
-        created: dict[str, list[int]] = {}  # Ray JobID hex -> GPU count of each CREATED group
-        try:
-            pgs = ray.util.placement_group_table()
-        except Exception:
-            pgs = {}
-        for pg_id, pg in pgs.items():
-            if pg.get("state") != "CREATED":
-                continue
-            where = pg.get("bundles_to_node_id") or {}
-            gpus = 0.0
-            for idx, b in (pg.get("bundles") or {}).items():
-                u = used.setdefault(str(where.get(idx, "")), [0.0, 0.0])
-                u[0] += float(b.get("GPU", 0))
-                u[1] += float(b.get("CPU", 0))
-                gpus += float(b.get("GPU", 0))
-            if gpus > 0:
-                created.setdefault(str(pg_id)[-8:], []).append(int(round(gpus)))
-        nodes = []
-        for n in capacity.nodes_from_ray(total, free):
-            u = used.get(n.id, [0.0, 0.0])
-            nodes.append(capacity.Node(n.id, n.gpus, n.cpus, min(n.free_gpus, n.gpus - u[0]), min(n.free_cpus, n.cpus - u[1])))
-        for e in self.admitted.values():
-            drivers = self._drivers(e.req.id)
-            if drivers is None:
-                continue  # keep the last answer
-            left = list(e.req.groups)
-            for jid, dead in drivers.items():
-                for g in created.get(jid, []) if not dead and jid != e.req.runner_job else []:
-                    if g in left:
-                        left.remove(g)
-            if drivers and all(drivers.values()) and e.req.retries == 0:
-                left = []  # its trainer has exited and there is no retry to keep the GPUs for
-            e.unplaced = left
-        return nodes
-
-    # ---------------------------------------------------------------- status file
     def _doc(self) -> dict[str, Any]:
         now = time.time()
         queue = [{"id": e.req.id, "position": i + 1, "priority": e.req.priority, "gpu_groups": e.req.groups,
-                  "waiting_s": round(now - e.req.since, 1), "reason": e.note} for i, e in enumerate(self._order())]
-        running = [{"id": e.req.id, "gpu_groups": e.req.groups, "unplaced": e.unplaced,
-                    "admitted_at": round(e.admitted_at, 3)} for e in self.admitted.values()]
-        # Jobs admitted lately (newest first), so a reader can tell a runner that has not asked yet
-        # (Ray already says RUNNING) from one that finished with the GPUs and is exiting.
-        seen = list(dict.fromkeys(sid for _, what, sid in reversed(self.events) if what in ("admitted", "restored")))
+                  "waiting_s": round(now - e.req.since, 1), "reason": e.note, "queued_at": e.rec.get("queued_at"),
+                  "metadata": (e.rec.get("spec") or {}).get("metadata") or {}} for i, e in enumerate(self._order())]
+        running = [{"id": e.req.id, "gpu_groups": e.req.groups, "unplaced": e.unplaced, "note": e.note,
+                    "admitted_at": round(e.admitted_at, 3), "in_ray": e.in_ray} for e in self.admitted.values()]
         return {"protocol": PROTOCOL, "updated_at": round(now, 3), "backfill_s": self.backfill_s,
-                "reserving_for": self.reserving_for, "queue": queue, "admitted": running,
-                "seen": seen[:200], "cluster": self._cluster}
+                "reserving_for": self.reserving_for, "queue": queue, "admitted": running, "cluster": self.cluster}
 
-    def _write_status(self) -> None:
-        self._status.write(self._doc())
+
+# --------------------------------------------------------------------------- starting it
+def ensure_running(timeout: float = 60.0) -> Any:
+    """Connect to this cluster and make sure the queue actor runs (created once, by name); its handle.
+
+    The caller's own job config (its working_dir) is kept out: the detached actor must not inherit
+    one job's runtime_env.
+    """
+    import ray
+    from ray.job_config import JobConfig
+
+    if not ray.is_initialized():
+        saved = os.environ.pop("RAY_JOB_CONFIG_JSON_ENV_VAR", None)
+        try:
+            ray.init(address="auto", namespace=NAMESPACE, logging_level="ERROR", log_to_driver=False,
+                     configure_logging=False, job_config=JobConfig(metadata={ROLE_KEY: "queue starter"}))
+        finally:
+            if saved is not None:
+                os.environ["RAY_JOB_CONFIG_JSON_ENV_VAR"] = saved
+    actor = ray.remote(QueueActor).options(
+        name=ACTOR_NAME, namespace=NAMESPACE, lifetime="detached", get_if_exists=True, num_cpus=0,
+        max_restarts=-1, max_concurrency=100, resources={"node:__internal_head__": 0.001}).remote()
+    ray.get(actor.ping.remote(), timeout=timeout)
+    return actor

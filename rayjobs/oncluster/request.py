@@ -1,14 +1,13 @@
-"""What a runner asks the queue for: a job's GPU groups and its place in line.
+"""What a queued job asks for: its GPU groups and its place in line.
 
-Built on the cluster from the job's metadata (:func:`request_from_metadata`, by the runner) and
-sent to the queue actor (:mod:`rayjobs.oncluster.queueactor`) as a plain dict, so runners and an actor of
-different rayjobs versions still understand each other (:meth:`Request.from_dict`).
+Built from the job's durable record (:func:`request_from_record`): the metadata rayjobs put into
+its submit request, and when it was queued (so its place, and the starvation guard's clock,
+survive a restart of the queue or of the head's Ray).
 """
 
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -18,27 +17,20 @@ from rayjobs.oncluster import capacity
 
 @dataclass
 class Request:
-    """What a runner asks for. Order: higher priority, then submitted, sweep point, Ray's creation time."""
+    """A queued job's ask. Order: higher priority, then submitted, sweep point, when it was queued."""
 
     id: str
     groups: list[int]
     priority: int = 0
     submitted: float = 0.0  #: epoch seconds (metadata ``submitted_at``)
     point: int = 0  #: index in its sweep (points share ``submitted_at``)
-    created_ms: int = 0  #: Ray's job creation time (ms): breaks ties within a second
-    since: float = 0.0  #: when this job first asked (survives actor restarts)
-    runner_job: str = ""  #: the runner's Ray JobID (hex): the actor watches it for liveness
+    created_ms: int = 0  #: when it was queued (ms): breaks ties within a second
+    since: float = 0.0  #: when it was queued, epoch s (the starvation guard's clock; durable)
     retries: int = 0  #: rayjobs.max_retries: with retries left, GPUs stay reserved between attempts
     version: str = ""
 
     def key(self) -> tuple:
         return (-self.priority, self.submitted, self.point, self.created_ms, self.id)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Request":
-        """Tolerant of runners of another rayjobs version (unknown fields are ignored)."""
-        names = {f for f in cls.__dataclass_fields__}
-        return cls(**{k: v for k, v in d.items() if k in names})
 
 
 def _epoch(iso: str) -> float:
@@ -48,9 +40,10 @@ def _epoch(iso: str) -> float:
         return 0.0
 
 
-def request_from_metadata(sid: str, meta: dict[str, Any], created_ms: int = 0, runner_job: str = "") -> Request:
-    from rayjobs.shared import __version__
-
+def request_from_record(rec: dict[str, Any]) -> Request:
+    """The queue's request for a job record (:mod:`rayjobs.oncluster.store`)."""
+    sid = str(rec["id"])
+    meta = dict((rec.get("spec") or {}).get("metadata") or {})
     try:
         groups = capacity.clean_groups(json.loads(meta.get("gpu_groups") or "[]"))
     except (TypeError, ValueError):
@@ -59,15 +52,15 @@ def request_from_metadata(sid: str, meta: dict[str, Any], created_ms: int = 0, r
     sweep = meta.get("sweep") or ""
     if sweep and sid.startswith(sweep + "-") and sid[len(sweep) + 1:].isdigit():
         point = int(sid[len(sweep) + 1:])
+    queued = float(rec.get("queued_at") or 0.0)
+    submitted = _epoch(meta.get("submitted_at", "")) or queued
+    return Request(id=sid, groups=groups, priority=_int(meta.get("priority")), submitted=submitted, point=point,
+                   created_ms=int(queued * 1000), since=queued, retries=max(0, _int(meta.get("max_retries")) - int(rec.get("lost") or 0)),
+                   version=str(meta.get("rayjobs", "")))
+
+
+def _int(v: Any) -> int:
     try:
-        priority = int(meta.get("priority") or 0)
-    except ValueError:
-        priority = 0
-    try:
-        retries = int(meta.get("max_retries") or 0)
-    except ValueError:
-        retries = 0
-    submitted = _epoch(meta.get("submitted_at", "")) or created_ms / 1000.0
-    return Request(id=sid, groups=groups, priority=priority, submitted=submitted, point=point,
-                   created_ms=int(created_ms or 0), since=time.time(), runner_job=runner_job, retries=retries,
-                   version=__version__)
+        return int(v or 0)
+    except (TypeError, ValueError):
+        return 0

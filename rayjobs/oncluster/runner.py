@@ -10,9 +10,8 @@ gives each attempt what it must get right:
   checkpoint dir (verl's ``trainer.resume_mode=auto``);
 * signals: SIGTERM/SIGINT from ``ray job stop`` are passed to the trainer, which gets the
   head's stop grace period to save;
-* the queue (:mod:`rayjobs.oncluster.queueactor`, through :mod:`rayjobs.oncluster.admission`): a job with a GPU demand waits here, as QUEUED, until the
-  cluster-side queue admits it; stopped while waiting, it exits and the trainer never starts.
-  It holds its admission across retries and releases it when it exits.
+* the queue (:mod:`rayjobs.oncluster.queueactor`) submitted this Ray job once its GPUs were free;
+  while it runs (retries included) the queue keeps its GPUs for it.
 """
 
 from __future__ import annotations
@@ -123,25 +122,24 @@ def main(argv: Optional[list[str]] = None) -> int:
         print("usage: python3 -m rayjobs.oncluster.runner -- COMMAND [ARGS...]", file=sys.stderr)
         return 2
     meta = job_metadata()
-    base_env = dict(os.environ)  # the trainer's environment: as Ray gave it, before the queue's ray.init
-    workdir = start_dir()
-    ticket = None
-    sid = str(meta.get("job_submission_id") or "")
-    if sid:
-        from rayjobs.oncluster import admission
+    base_env = dict(os.environ)  # the trainer's environment: as Ray gave it
+    # The queue (rayjobs.oncluster.queueactor) submitted this job only once its GPUs were free:
+    # nothing to wait for here, only to say when that was.
+    if meta.get("admitted_at"):
+        note = f" ({meta['admission_note']})" if meta.get("admission_note") else ""
+        log(f"admitted after {meta.get('waited_s', '?')} s at {meta['admitted_at']}: {describe_demand(meta)}{note}")
+    return run_attempts(argv, meta, base_env, start_dir())
 
-        try:
-            ticket = admission.admit(sid, meta, log)
-        except admission.Stopped:
-            log("stopped while queued: the trainer was not started")
-            return 128 + signal.SIGTERM
-        except Exception as e:  # the queue itself is broken: run as plain Ray would, and say so
-            log(f"WARNING: the rayjobs queue is unavailable ({type(e).__name__}: {e}); starting without admission")
+
+def describe_demand(meta: dict[str, Any]) -> str:
+    """``2 groups of 1 GPU + 3 CPU, each on one node`` (or ``no GPUs``), from the job's metadata."""
+    from rayjobs.oncluster import capacity
+
     try:
-        return run_attempts(argv, meta, base_env, workdir)
-    finally:
-        if ticket is not None:
-            ticket.release()
+        groups = capacity.clean_groups(json.loads(meta.get("gpu_groups") or "[]"))
+    except (TypeError, ValueError):
+        groups = []
+    return capacity.describe(groups) if groups else "no GPUs"
 
 
 def run_attempts(argv: list[str], meta: dict[str, Any], base_env: dict[str, str],

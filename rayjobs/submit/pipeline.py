@@ -120,46 +120,36 @@ def dry_run_report(prepared: Sequence[Prepared]) -> str:
 
 
 def send(prepared: Sequence[Prepared], address: Optional[str] = None) -> list[str]:
-    """The second half of submit: connect, check against the live cluster, submit every point, record.
+    """The second half of submit: connect, check against the live cluster, queue every point, record.
 
-    The first point's submit uploads the working_dir (Ray's SDK makes a content-addressed
-    package of it); the others, submitted in parallel, name that package by the URI the cluster
-    reports for the first job, so a sweep hashes and uploads its code once.
+    Every point goes into the cluster's durable queue in one small Ray job (its working_dir is the
+    user's code, so the code travels once and is kept with the backlog); this returns once that
+    job has written them (:mod:`rayjobs.oncluster.enqueue`) and the queue has taken them in. The
+    queue then submits each to Ray, under the id returned here, when it fits.
     """
     from rayjobs.client.connection import connect
+    from rayjobs.client.queuechannel import enqueue
     from rayjobs.preflight import checks
 
     d = connect(address, address_from="rayjobs.address", quiet=False)
     checks.check_cluster(d, prepared)
-    first, rest = prepared[0], list(prepared[1:])
-    ids = [_submit_one(d, first, None)]
-    if rest:
-        uri = str((d.info(ids[0]).runtime_env or {}).get("working_dir") or "") or None
-        with ThreadPoolExecutor(max_workers=min(16, len(rest))) as pool:
-            ids += list(pool.map(lambda p: _submit_one(d, p, uri), rest))
+    ids = enqueue(d, [p.spec.submit_kwargs() for p in prepared], prepared[0].spec.runtime_env)
+    for p in prepared:
+        _record(d, p)
     return ids
 
 
-def _submit_one(d: "Dashboard", p: Prepared, package: Optional[str]) -> str:
-    """Submit one point (its working_dir as ``package`` when the cluster has it already) and record it.
-
-    Recorded as soon as it is submitted, in the submitting thread: the YAML work overlaps the other
-    points' requests, and a later point's failure cannot leave this one unrecorded.
-    """
+def _record(d: "Dashboard", p: Prepared) -> None:
+    """One point in the local record (``rayjobs.submit.ledger``), with its config as YAML."""
     from rayjobs.submit import ledger
 
-    kwargs = p.spec.submit_kwargs()
-    if package:
-        kwargs["runtime_env"] = dict(kwargs["runtime_env"], working_dir=package)
-    jid = d.submit(kwargs)
     ledger.record(
-        {"id": jid, "experiment": p.composed.experiment, "overrides": list(p.composed.overrides),
+        {"id": p.spec.submission_id, "experiment": p.composed.experiment, "overrides": list(p.composed.overrides),
          "address": d.target.address, "cluster": d.target.key, "sweep": p.spec.metadata.get("sweep", ""),
          "submitted_at": p.spec.metadata["submitted_at"], "metadata": dict(p.spec.metadata),
          "entrypoint": p.spec.entrypoint},
         config_yaml=_yaml(p.composed.cfg),
     )
-    return jid
 
 
 def _yaml(cfg: Any) -> str:

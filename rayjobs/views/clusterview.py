@@ -34,16 +34,18 @@ def view(d: Optional["Dashboard"] = None) -> dict[str, Any]:
         rows.append({"ip": n.get("node_ip"), "head": bool(n.get("is_head_node")), "node_id": n["node_id"],
                      "gpus": gpu_total, "gpus_used": gpu_used, "cpus": cpu_total, "cpus_used": cpu_used})
     rows.sort(key=lambda r: (not r["head"], str(r["ip"])))
-    all_jobs = d.list_jobs()
-    overlay: dict[str, Any] = queuestatus.overlay(d, all_jobs)
+    view = queuestatus.QueueView.read(d)
     counts: dict[str, int] = {}
-    queued = []
-    for j in all_jobs:
-        sid = j.submission_id or j.job_id
-        st = (overlay.get(sid) or {}).get("status") or status_of(j)
-        counts[st] = counts.get(st, 0) + 1
-        if st == "QUEUED":
-            queued.append({"id": sid, "queue_position": overlay[sid].get("queue_position")})
+    in_ray = set()
+    for j in d.list_jobs():
+        in_ray.add(j.submission_id)
+        counts[status_of(j)] = counts.get(status_of(j), 0) + 1
+    for sid, h in view.history.items():  # finished jobs Ray has pruned still count
+        if sid not in in_ray and h.get("status"):
+            counts[str(h["status"])] = counts.get(str(h["status"]), 0) + 1
+    if view.waiting:
+        counts["QUEUED"] = len(view.waiting)
+    queued = [{"id": sid, "queue_position": e["position"], "reason": e.get("reason")} for sid, e in view.waiting.items()]
     queued.sort(key=lambda q: q["queue_position"] or 0)
     rec = settings.remembered_cluster()
     return {

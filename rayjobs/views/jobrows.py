@@ -21,7 +21,6 @@ if TYPE_CHECKING:
     from rayjobs.client.dashboard import Dashboard
 from rayjobs.shared import STATUSES
 from rayjobs.views import logparse, metricfiles
-from rayjobs.views import queuestatus
 from rayjobs.views.jobfields import field, gpu_groups, json_list, meta, status_of
 
 
@@ -77,9 +76,12 @@ def gpus(job: Any) -> int:
 
 
 def base_row(job: Any, over: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+    """The row of one job (Ray's details, or the dict form the queue gives of a job it holds)."""
     m = meta(job)
     status = status_of(job)
-    over = over or {}
+    over = dict(over or {})
+    if field(job, "queue_position") is not None:
+        over.setdefault("queue_position", field(job, "queue_position"))
     try:
         priority = int(m.get("priority", 0) or 0)
     except ValueError:
@@ -102,6 +104,7 @@ def base_row(job: Any, over: Optional[dict[str, Any]] = None) -> dict[str, Any]:
         "start_time": iso_ms(field(job, "start_time")),
         "end_time": iso_ms(field(job, "end_time")),
         "message": short_message(field(job, "message")),
+        "cause": field(job, "cause"),  # why the queue ended it ("cluster restarted"), if it did
         "error": None,
         "step": None,
         "total_steps": None,
@@ -120,7 +123,12 @@ def short_message(message: Any) -> Optional[str]:
 
 def add_progress(row: dict[str, Any], job: Any, dash: Optional["Dashboard"], lines: int = 400,
                  head_scan: bool = False) -> dict[str, Any]:
-    """Fill step/score/attempt/W&B from the JSONL (if readable here) or the log's tail."""
+    """Fill step/score/attempt/W&B from the JSONL (if readable here) or the log's tail; a job the
+    queue has finished (and maybe pruned from Ray) from the final metrics it recorded."""
+    if field(job, "from_queue"):
+        return _final_progress(row, field(job, "final") or {})
+    if row["status"] == "QUEUED":
+        return row
     m = meta(job)
     files = metricfiles.jsonl_files(m.get("run_dir"))
     p = logparse.Progress()
@@ -152,6 +160,15 @@ def add_progress(row: dict[str, Any], job: Any, dash: Optional["Dashboard"], lin
     return row
 
 
+def _final_progress(row: dict[str, Any], final: dict[str, Any]) -> dict[str, Any]:
+    data = dict(final.get("data") or {})
+    row["step"] = final.get("step")
+    row["score"] = data.get("critic/score/mean")
+    row["metrics"] = {k: v for k, v in data.items() if isinstance(v, (int, float))}
+    row["attempt"] = row["attempt"] if row["attempt"] is not None else int(final.get("attempts") or 1)
+    return row
+
+
 def scan_head(dash: "Dashboard", job_id: str, node: str, p: logparse.Progress, limit: int = 4 << 20) -> None:
     """Read the start of the log (bounded) for what is printed once: total steps, W&B URL, attempt."""
     head = logparse.Progress()
@@ -168,12 +185,13 @@ def scan_head(dash: "Dashboard", job_id: str, node: str, p: logparse.Progress, l
 
 
 def rows(jobs: Iterable[Any], dash: "Dashboard", progress: bool = True, limit_progress: int = 100) -> list[dict[str, Any]]:
-    """Rows for ``jobs`` (oldest first), with the queue's overlay and (for the newest) progress."""
+    """Rows for ``jobs`` (oldest first): Ray's jobs and the dict form of those the queue holds or has
+    finished; progress for the newest ``limit_progress`` that run or ran in Ray."""
     jobs = sorted(jobs, key=order)
-    over = queuestatus.overlay(dash, jobs)
-    out = [base_row(j, over.get(field(j, "submission_id"))) for j in jobs]
+    out = [base_row(j) for j in jobs]
     if progress and out:
-        pairs = list(zip(out, jobs))[-limit_progress:]
+        pairs = [(r, j) for r, j in zip(out, jobs) if not field(j, "from_queue")][-limit_progress:]
+        pairs += [(r, j) for r, j in zip(out, jobs) if field(j, "from_queue")]
         with ThreadPoolExecutor(max_workers=8) as pool:
             list(pool.map(lambda rj: add_progress(rj[0], rj[1], dash), pairs))
     for r in out:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from typing import TYPE_CHECKING, Any, Optional
 
 from rayjobs.shared import TERMINAL
@@ -26,11 +27,11 @@ DETACHED = 130
 
 def follow(job_id: str, address: Optional[str] = None, live: Optional[bool] = None, interval: float = 0.05,
            address_from: str = "--address") -> int:
-    """Follow ``job_id`` (a unique prefix is enough) until it ends; return its exit code."""
+    """Follow ``job_id`` (a full id, as submit printed it) until it ends; return its exit code."""
     from rayjobs.client.connection import connect
 
     d = connect(address, address_from=address_from)
-    return tail(d, d.resolve_id(job_id), live=live, interval=interval)
+    return tail(d, job_id, live=live, interval=interval)
 
 
 def _say(msg: str) -> None:
@@ -90,6 +91,14 @@ def tail(d: "Dashboard", job_id: str, live: Optional[bool] = None, interval: flo
 
     if live is None:
         live = sys.stdout.isatty() and os.environ.get("TERM") != "dumb"
+    try:
+        ended = wait_until_in_ray(d, job_id)
+    except KeyboardInterrupt:
+        _say(f"detached from {job_id} (QUEUED); it keeps its place. Re-attach: rayjobs tail {job_id}  "
+             f"Stop it: rayjobs stop {job_id}")
+        return DETACHED
+    if ended is not None:  # finished, and Ray no longer lists it: its recorded log, then its status
+        return _replay(d, job_id, ended, lines)
     outage = float(os.environ.get("RAYJOBS_TAIL_OUTAGE_S", "300"))
     follower = LogFollower(d, job_id, interval=interval, outage_s=outage, say=_say)
     progress = logparse.Progress()
@@ -137,6 +146,55 @@ def _stream(follower: Any, progress: Any, view: Any, backlog: _Backlog, job_id: 
             view.write(rest)
     backlog.release(view, job_id)
     view.update(follower.job, progress, True)
+
+
+#: How long a job may be neither in Ray nor in the queue's files before tail gives up (the queue
+#: submits a job to Ray a moment after it leaves the waiting list).
+GONE_S = 10.0
+
+
+def wait_until_in_ray(d: "Dashboard", job_id: str, every: float = 0.5) -> Optional[str]:
+    """Wait while the queue holds the job (saying its place when it changes); None once Ray has it,
+    or the final status of a job the queue finished that Ray no longer lists.
+
+    Raises:
+        NoSuchJob: neither Ray nor the queue has known the job for :data:`GONE_S` seconds.
+    """
+    from rayjobs.errors import JobNotFound, NoSuchJob
+    from rayjobs.views.queuestatus import QueueView
+
+    shown, missing_since = None, None
+    while True:
+        try:
+            d.job(job_id)
+            return None
+        except JobNotFound:
+            pass
+        view = QueueView.read(d, history=missing_since is not None)  # the history only when it left the queue
+        entry = view.waiting.get(job_id)
+        if entry is not None:
+            missing_since = None
+            if entry["position"] != shown:
+                shown = entry["position"]
+                _say(f"{job_id} QUEUED at position {shown}: {entry.get('reason') or 'waiting for GPUs'}")
+        elif job_id in view.history and job_id not in view.admitted:
+            return str(view.history[job_id].get("status") or "FAILED")
+        elif job_id not in view.admitted:
+            missing_since = missing_since or time.monotonic()
+            if time.monotonic() - missing_since > GONE_S:
+                raise NoSuchJob(f"no job {job_id!r} on the cluster or in its queue; `rayjobs list` shows the ids")
+        time.sleep(every)
+
+
+def _replay(d: "Dashboard", job_id: str, status: str, lines: Optional[int]) -> int:
+    """A finished job Ray no longer lists: its recorded log (the last ``lines``), its exit code."""
+    from rayjobs.views import joblog
+
+    for text in joblog.iter_log(d, job_id, tail=None if lines in (None, -1) else lines):
+        sys.stdout.write(text)
+    sys.stdout.flush()
+    _say(f"{job_id} · {status} (from the queue's history)")
+    return EXIT_CODES.get(status, 4)
 
 
 def failure_summary(job: dict[str, Any], log_tail: bytes) -> str:

@@ -27,7 +27,6 @@ STEP = re.compile(r"(?:^|\s)step:(?P<step>\d+) - (?P<rest>.*)$")
 TOTAL = re.compile(r"Total training steps: (?P<total>\d+)")
 WANDB = re.compile(r"https?://(?:[\w.-]*\.)?wandb\.ai/\S+/runs/[\w-]+")
 ATTEMPT = re.compile(r"^\[rayjobs\] attempt (?P<n>\d+)\b")
-QUEUED = re.compile(r"^\[rayjobs\] QUEUED at position (?P<n>\d+)")
 VALDICT = re.compile(r"(?P<which>Initial|Final) validation metrics: (?P<d>\{.*\})\s*$")
 NUMBER = re.compile(
     r"^(?:np\.\w+\(|numpy\.\w+\(|tensor\()?\s*"
@@ -167,7 +166,6 @@ class Progress:
     last: dict[str, float] = field(default_factory=dict)  #: metrics of the latest step line
     val: Optional[tuple[str, float, Optional[int]]] = None  #: latest val-core (key, value, step)
     resumed_from: Optional[str] = None
-    queued: Optional[int] = None  #: queue position while the runner waits for admission (its log says so)
     step_times: list[float] = field(default_factory=list)  #: recent timing_s/step values
     started_at: float = field(default_factory=time.monotonic)
     _first: Optional[tuple[int, float]] = None  #: (step, arrival time) of the first step seen
@@ -193,18 +191,11 @@ class Progress:
             if m:
                 self.wandb_url = m.group(0)
                 return True
-        if text.startswith("[rayjobs] QUEUED at position "):
-            m = QUEUED.match(text)
-            if m:
-                self.queued = int(m.group("n"))
-                return True
         if text.startswith("[rayjobs] admitted "):
-            self.queued = None
             return True
         if text.startswith("[rayjobs] attempt "):
             m = ATTEMPT.match(text)
             if m:
-                self.queued = None
                 self.attempt = int(m.group("n"))
                 self._first = None
                 self.step_times.clear()

@@ -39,7 +39,7 @@ def fmt_num(v: float) -> str:
 
 def status_line(job_id: str, status: str, p: Progress) -> str:
     """One plain line: ``ID RUNNING attempt 1 step 12/100 ETA 4:31 score 0.53 ...``."""
-    parts = [job_id, "QUEUED" if status == "RUNNING" and p.queued is not None else status]
+    parts = [job_id, status]
     if p.attempt:
         parts.append(f"attempt {p.attempt}")
     if p.step is not None:
@@ -134,13 +134,9 @@ class LiveView:
 
         p, job = self.progress, self.job
         status = str(job.get("status", "?"))
-        if status == "RUNNING" and p.queued is not None:
-            status = "QUEUED"
         meta = job.get("metadata") or {}
         head = Text()
         head.append(f" {status} ", style=STATUS_STYLE.get(status, "bold") + " reverse")
-        if status == "QUEUED":
-            head.append(f" #{p.queued}", style="bold cyan")
         head.append(f"  {self.job_id}", style="bold")
         if meta.get("sweep_overrides") not in (None, "", "[]"):
             from rayjobs.views.jobrows import sweep_label

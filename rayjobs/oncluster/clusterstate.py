@@ -1,0 +1,95 @@
+"""What the cluster has free, per node, for the queue to admit into (read on the head, from Ray).
+
+Free per node = min(Ray's availability view, total - CREATED placement groups): the view lags a
+just-created placement group by a moment, the placement-group table does not; the view also
+counts what is used outside placement groups. The placement groups of a job's trainer are found
+through its driver's ``job_submission_id`` (one filtered GCS query) and the job id inside each
+placement group's id. These read Ray's GCS through ``ray._private`` (there is no public per-node
+availability or driver lookup); the queue actor is the only caller.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from rayjobs.oncluster import capacity
+
+
+def drivers(submission_id: str) -> Optional[dict[str, bool]]:
+    """The Ray drivers of job ``submission_id`` (its trainer's): JobID hex -> dead. None if the GCS
+    could not be asked."""
+    import ray
+
+    try:
+        gcs = ray._private.worker.global_worker.gcs_client
+        got = gcs.get_all_job_info(job_or_submission_id=submission_id, skip_submission_job_info_field=True,
+                                   skip_is_running_tasks_field=True, timeout=5)
+    except Exception:
+        return None
+    return {jid.hex(): bool(d.is_dead) for jid, d in got.items()}
+
+
+def placement() -> tuple[dict[str, list[float]], dict[str, list[int]]]:
+    """(per node id: [GPUs, CPUs] held by CREATED placement groups,
+    per Ray JobID hex (its last 8 hex digits): the GPU count of each of its CREATED groups)."""
+    import ray
+
+    used: dict[str, list[float]] = {}
+    created: dict[str, list[int]] = {}
+    try:
+        pgs = ray.util.placement_group_table()
+    except Exception:
+        pgs = {}
+    for pg_id, pg in pgs.items():
+        if pg.get("state") != "CREATED":
+            continue
+        where = pg.get("bundles_to_node_id") or {}
+        gpus = 0.0
+        for idx, b in (pg.get("bundles") or {}).items():
+            u = used.setdefault(str(where.get(idx, "")), [0.0, 0.0])
+            u[0] += float(b.get("GPU", 0))
+            u[1] += float(b.get("CPU", 0))
+            gpus += float(b.get("GPU", 0))
+        if gpus > 0:
+            created.setdefault(str(pg_id)[-8:], []).append(int(round(gpus)))
+    return used, created
+
+
+def nodes() -> tuple[list[capacity.Node], dict[str, list[int]]]:
+    """(the alive nodes with what is free on each, the CREATED GPU groups per Ray JobID)."""
+    import ray
+
+    total = ray._private.state.total_resources_per_node()
+    free = ray._private.state.available_resources_per_node()
+    used, created = placement()
+    out = []
+    for n in capacity.nodes_from_ray(total, free):
+        u = used.get(n.id, [0.0, 0.0])
+        out.append(capacity.Node(n.id, n.gpus, n.cpus, min(n.free_gpus, n.gpus - u[0]), min(n.free_cpus, n.cpus - u[1])))
+    return out, created
+
+
+def unplaced(groups: list[int], submission_id: str, created: dict[str, list[int]], retry_left: bool,
+             last: Optional[list[int]] = None) -> Optional[list[int]]:
+    """The groups of an admitted job that hold no CREATED placement group yet (so stay reserved).
+
+    A trainer that exited with no retry left holds nothing; one between attempts keeps its groups
+    reserved. None: the GCS could not be asked (keep ``last``).
+    """
+    found = drivers(submission_id)
+    if found is None:
+        return last
+    left = list(groups)
+    for jid, dead in found.items():
+        for g in created.get(jid, []) if not dead else []:
+            if g in left:
+                left.remove(g)
+    if found and all(found.values()) and not retry_left:
+        return []
+    return left
+
+
+def describe_cluster(nodes_now: list[capacity.Node]) -> dict[str, Any]:
+    """Totals for the status document."""
+    return {"nodes": len(nodes_now), "gpus": sum(n.gpus for n in nodes_now),
+            "free_gpus": sum(n.free_gpus for n in nodes_now)}

@@ -1,0 +1,106 @@
+"""``python3 -m rayjobs.oncluster.enqueue``: put a submission's jobs into the durable queue.
+
+The laptop reaches the cluster only through the Jobs API, so a submit is one small Ray job of this
+entrypoint (one per ``python -m rayjobs.submit``, a whole sweep included). Ray unpacks the user's
+working_dir for it, as for any job; this keeps a durable copy of that code in the queue's store
+(once per content hash), writes one record per job (its exact submit request, its place in line)
+and leaves the queue a marker. The laptop returns when this job has SUCCEEDED: the backlog is on
+disk before the submit returns. Then the queue (:mod:`rayjobs.oncluster.queueactor`) submits each
+job to Ray under the id the user already has, when it fits.
+
+It imports no Ray unless the queue is not running (its heartbeat is stale): then it starts it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from rayjobs.oncluster.store import WAITING, QueueStore
+from rayjobs.shared import ENQUEUE_KEY, stamp, unpack_jobs
+
+#: The queue's heartbeat is fresh for this long (it rewrites it every second).
+SERVICE_FRESH_S = 10.0
+
+
+def job_config() -> dict[str, Any]:
+    """This Ray job's config as Ray hands it to the entrypoint (runtime_env, metadata)."""
+    try:
+        return dict(json.loads(os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR", "{}")))
+    except ValueError:
+        return {}
+
+
+def code_key(runtime_env: dict[str, Any]) -> str:
+    """The content hash Ray gave the working_dir package (``gcs://_ray_pkg_<hash>.zip`` -> ``<hash>``)."""
+    uri = str(runtime_env.get("working_dir") or "")
+    name = uri.rsplit("/", 1)[-1]
+    for prefix, suffix in (("_ray_pkg_", ".zip"),):
+        if name.startswith(prefix) and name.endswith(suffix):
+            return name[len(prefix):-len(suffix)]
+    return ""
+
+
+def record(spec: dict[str, Any], code: str, now: float) -> dict[str, Any]:
+    """A waiting job's record, from one ``submit_job`` request (its ``working_dir`` is ``code``)."""
+    meta = dict(spec.get("metadata") or {})
+    return {"id": spec["submission_id"], "state": WAITING, "spec": spec, "code": code, "queued_at": now,
+            "priority": _int(meta.get("priority")), "submitted_at": meta.get("submitted_at", ""),
+            "max_retries": _int(meta.get("max_retries")), "attempts": 0, "lost": 0, "history": []}
+
+
+def _int(v: Any) -> int:
+    try:
+        return int(v or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    cfg = job_config()
+    try:
+        specs = unpack_jobs((cfg.get("metadata") or {}).get(ENQUEUE_KEY, ""))
+    except (ValueError, TypeError):
+        specs = []
+    if not specs:
+        print("[rayjobs] enqueue: this job carries no jobs to queue", file=sys.stderr)
+        return 2
+    store = QueueStore()
+    key = code_key(dict(cfg.get("runtime_env") or {})) or f"nohash-{int(time.time() * 1000)}"
+    code = store.keep_code(key, Path.cwd())
+    now = time.time()
+    queued = 0
+    for spec in specs:
+        if store.exists(spec["submission_id"]):
+            continue  # the same request again (a retried submit): queued once
+        store.put(record(spec, key, now), new=True)
+        queued += 1
+    print(f"[rayjobs] queued {queued} job(s) at {stamp(now)} (code {code})", flush=True)
+    if not service_alive(store):
+        start_service()
+    return 0
+
+
+def service_alive(store: QueueStore) -> bool:
+    """Is the queue running (its heartbeat file fresh)?"""
+    try:
+        beat = json.loads((store.root / "service.json").read_text())
+        return time.time() - float(beat.get("at", 0)) < SERVICE_FRESH_S
+    except (OSError, ValueError):
+        return False
+
+
+def start_service() -> None:
+    """Start the queue actor on this cluster (it is named: one per cluster, created once)."""
+    from rayjobs.oncluster import queueactor
+
+    queueactor.ensure_running()
+    print("[rayjobs] started the queue", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

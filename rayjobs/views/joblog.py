@@ -1,0 +1,50 @@
+"""A job's driver log as text: from Ray while it lists the job, else from where the queue recorded it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterator, Optional
+
+if TYPE_CHECKING:
+    from rayjobs.client.dashboard import Dashboard
+
+
+def iter_log(d: "Dashboard", job_id: str, *, tail: Optional[int] = None, clean: bool = True) -> Iterator[str]:
+    """The log as it is now (``tail``: only the last N lines), in chunks; ``clean``: no ANSI codes.
+
+    A job pruned from Ray's table is read from where the queue recorded its log; a waiting job has
+    none yet (nothing is yielded).
+    """
+    from rayjobs.client.dashboard import DashboardDown
+    from rayjobs.errors import JobNotFound
+    from rayjobs.views import logparse
+
+    try:
+        node = getattr(d.info(job_id), "driver_node_id", None)
+    except JobNotFound:
+        yield from recorded_log(d, job_id, tail, clean)
+        return
+    if not node:
+        return
+    split = logparse.LineSplitter()
+    try:
+        for chunk in d.iter_log(job_id, node, tail if tail is not None else -1):
+            yield logparse.clean_block(split.feed_text(chunk)) if clean else chunk.decode("utf-8", "replace")
+        yield "".join((logparse.clean(x) if clean else x) + "\n" for x in split.flush())
+    except DashboardDown:  # the Jobs API reads the same file another way
+        text = d.logs(job_id)
+        if tail is not None:
+            text = "\n".join(text.splitlines()[-tail:]) + "\n" if tail > 0 else ""
+        yield logparse.clean_block(text) if clean else text
+
+
+def recorded_log(d: "Dashboard", job_id: str, tail: Optional[int], clean: bool) -> Iterator[str]:
+    """The driver log of a job the queue finished and Ray no longer lists (by its file name)."""
+    from rayjobs.views import logparse
+    from rayjobs.views.queuestatus import QueueView
+
+    log = (QueueView.read(d).history.get(job_id) or {}).get("log") or {}
+    if not log.get("node_id"):
+        return
+    body = d.node_file(log["node_id"], log["file"], tail if tail is not None else -1) or b""
+    text = body.decode("utf-8", "replace")
+    yield logparse.clean_block(text) if clean else text

@@ -1,0 +1,245 @@
+"""The backlog queue on real Ray clusters (fake GPUs): a waiting job costs a record, not a process;
+the queue survives a restart of the head's Ray; the store survives a writer cut off mid-write; two
+clients submitting at once each get their jobs queued, once, in order."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import rayjobs_cli, rayjobs_submit, wait_terminal
+from test_queue_cluster import FakeGpuCluster
+
+from rayjobs.oncluster.store import QueueStore
+
+WHOLE = ("trainer.nnodes=1", "trainer.n_gpus_per_node=2")
+#: The budget of the issue: 500 waiting jobs grow the head by < 50 MB, no process per job.
+MB_PER_WAITING_JOB = 50 / 500
+
+
+def wait_until(pred: Any, timeout: float, what: str, every: float = 0.5) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def view(cluster: FakeGpuCluster) -> Any:
+    from rayjobs.views.queuestatus import QueueView
+
+    return QueueView.read(cluster.dashboard())
+
+
+def footprint(cluster: FakeGpuCluster) -> tuple[int, float]:
+    """(processes, MB of RSS) of every process of the cluster."""
+    pids = cluster.pids()
+    kb = 0
+    for p in pids:
+        try:
+            kb += next(int(ln.split()[1]) for ln in Path(f"/proc/{p}/status").read_text().splitlines()
+                       if ln.startswith("VmRSS:"))
+        except (OSError, StopIteration):
+            continue
+    return len(pids), kb / 1024
+
+
+def settled_footprint(cluster: FakeGpuCluster, seconds: float = 6.0) -> tuple[int, float]:
+    """The footprint once short-lived processes (a request job, Ray's idle workers) have gone."""
+    time.sleep(seconds)
+    return min((footprint(cluster) for _ in range(3)), key=lambda f: f[0])
+
+
+@pytest.fixture
+def one_node(workdir: Path) -> Any:
+    root = Path(tempfile.mkdtemp(prefix="rjb", dir="/tmp"))
+    c = FakeGpuCluster(root, nodes=((2, 6),))
+    c.start()
+    yield c
+    c.stop()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def submit(cluster: FakeGpuCluster, *args: str) -> list[str]:
+    r = rayjobs_submit(*args, f"rayjobs.address={cluster.address}", cwd=Path.cwd(), timeout=600)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.split()
+
+
+def test_200_waiting_jobs_cost_records_not_processes(one_node):
+    c = one_node
+    blocker = submit(c, "+exp=fake_ppo", *WHOLE, "+fake.hold_gpus=true", "+fake.steps=1", "+fake.hold_s=900")[0]
+    wait_until(lambda: blocker in {j.submission_id for j in c.client().list_jobs()}, 60, "the blocker to start")
+    before = settled_footprint(c)
+    ids = submit(c, "-m", "+exp=fake_ppo", *WHOLE, "+fake.steps=1", "trainer.total_epochs=range(1,201)")
+    assert len(ids) == 200 and len(set(ids)) == 200
+    v = wait_until(lambda: (lambda x: x if len(x.waiting) == 200 else None)(view(c)), 60, "200 waiting jobs")
+    assert [v.position(i) for i in ids] == list(range(1, 201))  # submission (sweep point) order
+    after = settled_footprint(c)
+    grew_procs, grew_mb = after[0] - before[0], after[1] - before[1]
+    assert grew_procs <= 0, f"{grew_procs} more processes for 200 waiting jobs (before {before}, after {after})"
+    assert grew_mb < 200 * MB_PER_WAITING_JOB, f"the head grew by {grew_mb:.1f} MB for 200 waiting jobs"
+    in_ray = {j.submission_id for j in c.client().list_jobs()}
+    assert not set(ids) & in_ray  # nothing of them in Ray: a record each, on disk
+    store = QueueStore(c.root / "storage" / "queue" / "default")
+    assert all(store.get(i)["state"] == "waiting" for i in ids)
+    # stop them all while queued: they never start
+    r = rayjobs_cli("stop", "--sweep", ids[0].rsplit("-", 1)[0], "--address", c.address, "--wait", "60", timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert all(line.endswith(" STOPPED") for line in r.stdout.strip().splitlines()), r.stdout[-500:]
+    assert not set(ids) & {j.submission_id for j in c.client().list_jobs()}
+
+
+def test_head_restart_keeps_the_queue_and_resumes_the_running_job(one_node):
+    c = one_node
+    one = ("trainer.nnodes=1", "trainer.n_gpus_per_node=1", "+fake.hold_gpus=true")
+    ckpt = ["trainer.save_freq=2", "+fake.step_s=1.5", "rayjobs.max_retries=1"]
+    running = submit(c, "+exp=fake_ppo", *one, "+fake.steps=12", *ckpt)[0]
+    doomed = submit(c, "+exp=fake_ppo", *one, "+fake.steps=200", "+fake.step_s=1")[0]  # no retry left
+    later = [submit(c, "+exp=fake_ppo", *WHOLE, "+fake.steps=2", "+fake.hold_gpus=true")[0] for _ in range(2)]
+    wait_until(lambda: "local_global_step_folder" in _log(c, running), 120, "a checkpoint of the running job")
+    wait_until(lambda: "step:1 - " in _log(c, doomed), 60, "the second job to run")
+    assert [view(c).position(i) for i in later] == [1, 2]
+    c.stop()  # the head's Ray goes down: its job table and the queue actor with it
+    c.start()  # `ray start` by hand, as on a cluster rayjobs did not start
+    # any rayjobs command brings the queue back; it reloads the backlog from the store
+    r = rayjobs_cli("list", "--json", "--address", c.address, timeout=180)
+    assert r.returncode == 0, r.stderr
+    assert {running, doomed, *later} <= {row["id"] for row in json.loads(r.stdout)}
+    client = c.client()
+    assert wait_terminal(client, running, timeout=240) == "SUCCEEDED", _log(c, running)[-2000:]
+    log = client.get_job_logs(running)
+    assert "Resuming from" in log and "attempt 2 of run" in log, log[-2000:]
+    for i in later:
+        assert wait_terminal(client, i, timeout=180) == "SUCCEEDED", client.get_job_logs(i)[-1500:]
+    starts = [_admitted(c, i) for i in later]
+    assert starts[0] < starts[1], starts
+    rows = {row["id"]: row for row in json.loads(rayjobs_cli("list", "--json", "--address", c.address).stdout)}
+    assert all(rows[i]["status"] == "SUCCEEDED" for i in (running, *later))
+    assert (rows[doomed]["status"], rows[doomed]["cause"]) == ("FAILED", "cluster restarted"), rows[doomed]
+    assert f"{doomed} " in (out := rayjobs_cli("list", "--address", c.address).stdout) and "FAILED (cluster restarted)" in out
+    st = rayjobs_cli("status", doomed, "--address", c.address)
+    assert "status: FAILED (cluster restarted)" in st.stdout, st.stdout + st.stderr
+    assert doomed not in {j.submission_id for j in client.list_jobs()}  # never resubmitted
+
+
+def _log(c: FakeGpuCluster, sid: str) -> str:
+    try:
+        return c.client().get_job_logs(sid)
+    except Exception:
+        return ""
+
+
+def _admitted(c: FakeGpuCluster, sid: str) -> float:
+    from rayjobs.shared import parse_stamp
+
+    log = c.client().get_job_logs(sid)
+    line = next(ln for ln in log.splitlines() if "[rayjobs] admitted after" in ln)
+    return parse_stamp(line)
+
+
+WRITER = r"""
+import os, signal, sys
+from pathlib import Path
+from rayjobs.oncluster.store import QueueStore
+s = QueueStore(Path(sys.argv[1]))
+big = "x" * 2_000_000
+if sys.argv[2] == "cut":  # die between the data write and the rename: the worst moment
+    os.fsync = lambda fd: os.kill(os.getpid(), signal.SIGKILL)
+else:
+    print("writing", flush=True)
+n = 0
+while True:
+    n += 1
+    s.put({"id": "job-1", "state": "waiting", "n": n, "pad": big})
+"""
+
+
+def test_a_writer_cut_mid_write_leaves_the_old_record(tmp_path):
+    store = QueueStore(tmp_path / "q")
+    store.put({"id": "job-1", "state": "waiting", "n": 0})
+    w = subprocess.run([sys.executable, "-c", WRITER, str(store.root), "cut"], timeout=60)
+    assert w.returncode == -signal.SIGKILL
+    assert list(store.stray_tmp())  # what the cut writer left: its half-done version, aside
+    assert [(r["id"], r["n"]) for r in store.all().values()] == [("job-1", 0)]  # the old one, whole
+    for k in range(5):  # and killed at any moment of a stream of 2 MB writes
+        w = subprocess.Popen([sys.executable, "-c", WRITER, str(store.root), "run"], stdout=subprocess.PIPE, text=True)
+        assert w.stdout.readline().strip() == "writing"
+        time.sleep(0.05 * k)
+        w.send_signal(signal.SIGKILL)
+        w.wait()
+        recs = store.all()
+        assert list(recs) == ["job-1"] and recs["job-1"]["state"] == "waiting"  # whole, and once
+    for t in list(store.stray_tmp()):  # the queue removes these when it starts
+        t.unlink()
+    assert QueueStore(store.root).all().keys() == {"job-1"}
+
+
+def test_two_clients_submitting_at_once(one_node):
+    c = one_node
+    blocker = submit(c, "+exp=fake_ppo", *WHOLE, "+fake.hold_gpus=true", "+fake.steps=1", "+fake.hold_s=900")[0]
+    args = ["-m", "+exp=fake_ppo", *WHOLE, "+fake.steps=1", f"rayjobs.address={c.address}"]
+    procs = [subprocess.Popen([sys.executable, "-m", "rayjobs.submit", *args, f"trainer.total_epochs={a}"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+             for a in ("1,2,3", "4,5,6")]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1][-800:] for o in outs]
+    ids = [i for out, _ in outs for i in out.split()]
+    assert len(ids) == 6 and len(set(ids)) == 6
+    v = wait_until(lambda: (lambda x: x if len(x.waiting) == 6 else None)(view(c)), 60, "6 waiting jobs")
+    positions = {i: v.position(i) for i in ids}
+    assert sorted(positions.values()) == [1, 2, 3, 4, 5, 6]
+    for sweep in (ids[:3], ids[3:]):  # each sweep's points stay in order
+        assert [positions[i] for i in sweep] == sorted(positions[i] for i in sweep)
+    c.client().stop_job(blocker)
+
+
+def test_finished_jobs_outlive_rays_job_table(workdir):
+    """With a retention of 0 s the queue deletes a finished job from Ray's table at once; `rayjobs
+    list`, `status` and `logs` still show it, from the queue's history."""
+    root = Path(tempfile.mkdtemp(prefix="rjp", dir="/tmp"))
+    c = FakeGpuCluster(root, nodes=((2, 6),), env={"RAYJOBS_RETENTION_S": "0", "RAYJOBS_PRUNE_EVERY_S": "1"})
+    c.start()
+    try:
+        sid = submit(c, "+exp=fake_ppo", *WHOLE, "+fake.steps=3")[0]
+        assert wait_terminal(c.client(), sid, timeout=120) == "SUCCEEDED"
+        wait_until(lambda: sid not in {j.submission_id for j in c.client().list_jobs()}, 60, "Ray to forget the job")
+        rows = {r["id"]: r for r in json.loads(rayjobs_cli("list", "--json", "--address", c.address).stdout)}
+        assert rows[sid]["status"] == "SUCCEEDED" and rows[sid]["step"] == 3 and rows[sid]["score"] > 0.8, rows.get(sid)
+        st = rayjobs_cli("status", sid[:-1], "--json", "--address", c.address)
+        assert st.returncode == 0 and json.loads(st.stdout)["status"] == "SUCCEEDED", st.stderr
+        logs = rayjobs_cli("logs", sid, "--address", c.address)
+        assert logs.returncode == 0 and "step:3 - " in logs.stdout, logs.stderr
+        t = rayjobs_cli("tail", sid, "--address", c.address)
+        assert t.returncode == 0 and "step:3 - " in t.stdout and "from the queue's history" in t.stderr
+    finally:
+        c.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_big_sweep_is_packed_into_requests_under_the_exec_limit():
+    """Ray hands a job's metadata to its entrypoint in one environment variable (Linux: 128 KiB at
+    most): the enqueue requests of a big sweep are packed, and split where still too big."""
+    import secrets as _secrets
+
+    from rayjobs.client.queuechannel import MAX_PACKED, _packed_chunks
+    from rayjobs.shared import unpack_jobs
+
+    jobs = [{"submission_id": f"s-{k}", "entrypoint": "python3 -m rayjobs.oncluster.runner",
+             "metadata": {"overrides": f'["trainer.total_epochs={k}"]', "noise": _secrets.token_hex(64)}}
+            for k in range(3000)]
+    chunks = _packed_chunks(jobs)
+    assert len(chunks) > 1 and all(len(c) <= MAX_PACKED for c in chunks)
+    assert [j for c in chunks for j in unpack_jobs(c)] == jobs  # all of them, once, in order
+    assert len(_packed_chunks(jobs[:200])) == 1
