@@ -82,6 +82,8 @@ class Job:
         d = self.dashboard
         try:
             job: Any = d.info(self.job_id)
+            if not jobrows.meta(job):  # perhaps what Ray writes back for a job pruned too soon
+                job = QueueView.read(d).as_job(self.job_id) or job
         except JobNotFound:
             job = QueueView.read(d).as_job(self.job_id)
             if job is None:
@@ -222,7 +224,9 @@ def all_jobs(d: "Dashboard", view: Any = None) -> list[Any]:
     from rayjobs.views.queuestatus import QueueView
 
     view = view or QueueView.read(d)
-    jobs: list[Any] = d.list_jobs()
+    # An entry without metadata for a job the queue finished is the one Ray writes back for a job
+    # pruned from its table while the supervisor was exiting: the queue's history is the truth.
+    jobs: list[Any] = [j for j in d.list_jobs() if j.metadata or j.submission_id not in view.history]
     in_ray = {j.submission_id for j in jobs}
     jobs += [view.as_job(i) for i in sorted(view.ids() - in_ray)]
     return jobs

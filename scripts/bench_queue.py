@@ -41,6 +41,7 @@ from test_queue_cluster import FakeGpuCluster  # noqa: E402  (benchlib puts test
 from rayjobs.shared import parse_stamp  # noqa: E402
 
 ADMITTED = re.compile(r"\[rayjobs\] admitted after [\d.]+ s at (\S+ \S+ UTC)")
+RUNNING = re.compile(r"\[rayjobs\] admitted after [\d.]+ s at \S+ \S+ UTC, running from (\S+ \S+ UTC)")
 FINISHED = re.compile(r"\[rayjobs\] attempt finished with exit code -?\d+ after [\d.]+ s at (\S+ \S+ UTC)")
 
 
@@ -75,13 +76,19 @@ def submit_points(cluster: FakeGpuCluster, points: list[list[str]]) -> list[str]
 
 
 def intervals(client: Any, ids: list[str]) -> list[tuple[float, float, str]]:
+    """(admitted, finished, id) per job, by admission."""
+    return [(a, f, i) for a, _, f, i in runs(client, ids)]
+
+
+def runs(client: Any, ids: list[str]) -> list[tuple[float, float, float, str]]:
+    """(admitted: the queue's decision, running: the runner's start, finished, id) per job, sorted."""
     out = []
     for i in ids:
         log = client.get_job_logs(i)
-        a, f = ADMITTED.search(log), FINISHED.findall(log)
-        if not a or not f:
+        a, r, f = ADMITTED.search(log), RUNNING.search(log), FINISHED.findall(log)
+        if not a or not f or not r:
             raise RuntimeError(f"{i}: no admission/finish line in its log:\n{log[-1500:]}")
-        out.append((parse_stamp(a.group(1)), parse_stamp(f[-1]), i))
+        out.append((parse_stamp(a.group(1)), parse_stamp(r.group(1)), parse_stamp(f[-1]), i))
     return sorted(out)
 
 
@@ -234,8 +241,11 @@ def bench_gap(root: Path, n: int) -> dict[str, Any]:
         st = wait_all(client, ids)
         sampler.close()
         assert all(s == "SUCCEEDED" for s in st.values()), st
-        iv = intervals(client, ids)
-        ours = [b[0] - a[1] for a, b in zip(iv, iv[1:])]
+        rs = runs(client, ids)
+        iv = [(a, f, i) for a, _, f, i in rs]
+        ours = [b[1] - a[2] for a, b in zip(rs, rs[1:])]  # next runner's start - previous trainer's exit
+        decide = [b[0] - a[2] for a, b in zip(rs, rs[1:])]  # next admission - previous trainer's exit
+        start = [r - a for a, r, _, _ in rs]  # Ray's job start: admission -> runner running
         idle = [p for p in sampler.idle_periods(2) if iv[0][0] < p[0] < iv[-1][0]]  # 1st -> 2nd, ... (not the stopped blocker)
         react = []  # GPUs free in Ray's view -> the next job admitted
         for freed, _ in idle:
@@ -255,7 +265,7 @@ def bench_gap(root: Path, n: int) -> dict[str, Any]:
             spans.append((float(re.search(r"start ([\d.]+)", log).group(1)), float(re.search(r"end ([\d.]+)", log).group(1))))
         spans.sort()
         ray_pending = [b[0] - a[1] for a, b in zip(spans, spans[1:])]
-        return {"ours": ours, "ray": ray_pending, "react": react, "gpu_idle": gpu_idle}
+        return {"ours": ours, "ray": ray_pending, "react": react, "gpu_idle": gpu_idle, "decide": decide, "start": start}
     finally:
         c.stop()
 
@@ -369,8 +379,9 @@ STRICT_PACK placement groups of {{GPU: 1, CPU: 3}}; {os.cpu_count()} cores share
 
 **Idle gap** between one job's end and the next queued job's start ({a.jobs} jobs needing the whole
 1-node cluster, queued behind a blocker, then released). "Process" gap: the next job's workload
-starts minus the previous workload's process exit (for rayjobs: the runner's admission line minus
-its "attempt finished" line; for Ray: the entrypoint's own `date` lines), the definition behind
+starts minus the previous workload's process exit (for rayjobs: the next runner's own start, the
+"running from" time of its admission line, minus the previous "attempt finished" line; for Ray:
+the entrypoint's own `date` lines), the definition behind
 Ray's measured 1.2-1.5 s. A driver in the benchmark also sampled the free GPUs in Ray's view every
 5 ms: "reaction" is GPUs free -> next job admitted; "GPUs idle" is GPUs free -> GPUs taken again.
 
@@ -378,14 +389,16 @@ Ray's measured 1.2-1.5 s. A driver in the benchmark also sampled the free GPUs i
 |---|---:|---:|---:|---|
 {row("rayjobs queue: process gap", "ours")}
 {row("Ray PENDING (`entrypoint_num_gpus=2`): process gap", "ray")}
+{row("rayjobs queue: decision (trainer exit -> next admitted)", "decide")}
+{row("rayjobs queue: Ray's job start (admitted -> runner running)", "start")}
 {row("rayjobs queue: reaction (GPUs free -> admitted)", "react")}
 {row("rayjobs queue: GPUs idle (free -> next trainer's placement groups)", "gpu_idle")}
 
 Target: ≤ 1.0 s median process gap. Ray frees a trainer's placement groups when its driver
 disconnects (`ray.shutdown` at exit), a moment before its process is gone; the queue sees the driver
 end (it polls every {WAIT_POLL:g} s while jobs wait) and, when no retry is left, admits the next job then:
-it submits it to Ray, which starts its supervisor and the runner (the admission line's time is the
-queue's decision). "GPUs idle" for rayjobs is that start plus the next trainer's own start-up
+it submits it to Ray, which starts its supervisor and the runner ("Ray's job start": the same
+start a PENDING job makes once its resources free). "GPUs idle" for rayjobs is that start plus the next trainer's own start-up
 (Python, `ray.init`, verl's check) before it creates its placement groups. With Ray PENDING the
 raylet hands the freed GPUs straight to the next pending job's supervisor (they never show as free),
 and they stay unused until its entrypoint runs: its GPU idle time is its process gap, and verl

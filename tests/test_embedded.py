@@ -160,13 +160,15 @@ def test_stop_leaves_no_process_and_a_start_at_once_runs_jobs(home, workdir):
     finally:
         head.close()
 
-    r = rayjobs_cli("local", "start", env=env)  # at once
+    # at once; on an empty storage root: a replaced head machine whose queue has never seen the
+    # old job (with the same storage root, the queue's history keeps it: tests/test_backlog.py)
+    r = rayjobs_cli("local", "start", env=dict(env, RAYJOBS_STORAGE=str(home / "storage-of-a-new-machine")))
     assert r.returncode == 0, r.stderr
     client = Dashboard(embedded.target(_record(home))).sdk
     job = client.submit_job(entrypoint="python3 -c \"print('second head ok')\"")
     assert wait_terminal(client, job, timeout=60) == "SUCCEEDED", client.get_job_logs(job)
     assert "second head ok" in client.get_job_logs(job)
-    # The new head's job table has never seen the old job: status and list fall back to the record.
+    # Neither the new head's job table nor its queue has seen the old job: status and list fall back to the record.
     st = rayjobs_cli("status", old_id, "--json", env=env)
     assert st.returncode == 0, st.stderr
     row = json.loads(st.stdout)

@@ -57,6 +57,9 @@ HEARTBEAT_S = 1.0
 #: A finished job's code snapshot is kept this long (for a rerun; default 7 days).
 CODE_RETENTION_ENV = "RAYJOBS_CODE_RETENTION_S"
 PRUNE_EVERY_ENV = "RAYJOBS_PRUNE_EVERY_S"  #: how often the queue prunes Ray's job table (default 60 s)
+#: A finished job stays in Ray's table at least this long: deleted while its supervisor actor is
+#: still exiting, Ray writes the job back as a FAILED "Entrypoint not found." entry without metadata.
+PRUNE_MIN_AGE_S = 10.0
 
 
 def _unknown_to_ray(e: BaseException) -> bool:
@@ -368,7 +371,7 @@ class QueueActor:
         """(in the pool) Delete from Ray's job table the finished jobs older than the retention and
         rayjobs' own small jobs (enqueue, control) once they ended; drop code snapshots no waiting,
         running or recently finished job names."""
-        cutoff = time.time() - self.retention_s
+        cutoff = time.time() - max(self.retention_s, PRUNE_MIN_AGE_S)
         records = self.store.all()
         code_cutoff = time.time() - float(os.environ.get(CODE_RETENTION_ENV, 7 * 86400))
         self.store.drop_code({str(r.get("code")) for r in records.values()
@@ -380,9 +383,12 @@ class QueueActor:
                 except Exception:  # noqa: BLE001 (already gone, or never in Ray)
                     pass
                 self.store.put(dict(rec, pruned=True))
+        pruned = {i for i, r in records.items() if r.get("pruned")}
         try:
             for j in self.d.sdk.list_jobs():
-                if (j.metadata or {}).get(ROLE_KEY) and str(j.status).split(".")[-1] in TERMINAL and j.submission_id:
+                ended = str(j.status).split(".")[-1] in TERMINAL and j.submission_id
+                # rayjobs' own small jobs, and the entry Ray writes back for a job deleted too soon
+                if ended and ((j.metadata or {}).get(ROLE_KEY) or (j.submission_id in pruned and not j.metadata)):
                     self.d.sdk.delete_job(j.submission_id)
         except Exception:  # noqa: BLE001
             pass

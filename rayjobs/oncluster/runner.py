@@ -127,7 +127,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     # nothing to wait for here, only to say when that was.
     if meta.get("admitted_at"):
         note = f" ({meta['admission_note']})" if meta.get("admission_note") else ""
-        log(f"admitted after {meta.get('waited_s', '?')} s at {meta['admitted_at']}: {describe_demand(meta)}{note}")
+        # two times: the queue's decision, and this runner's own start (Ray's job start in between)
+        log(f"admitted after {meta.get('waited_s', '?')} s at {meta['admitted_at']}, running from {stamp()}: "
+            f"{describe_demand(meta)}{note}")
     return run_attempts(argv, meta, base_env, start_dir())
 
 

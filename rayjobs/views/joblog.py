@@ -19,10 +19,15 @@ def iter_log(d: "Dashboard", job_id: str, *, tail: Optional[int] = None, clean: 
     from rayjobs.views import logparse
 
     try:
-        node = getattr(d.info(job_id), "driver_node_id", None)
+        info = d.info(job_id)
     except JobNotFound:
-        yield from recorded_log(d, job_id, tail, clean)
-        return
+        info = None
+    if info is None or not info.metadata:  # gone, or the entry Ray writes back for a job pruned too soon
+        recorded = list(recorded_log(d, job_id, tail, clean))
+        if recorded or info is None:
+            yield from recorded
+            return
+    node = getattr(info, "driver_node_id", None)
     if not node:
         return
     split = logparse.LineSplitter()

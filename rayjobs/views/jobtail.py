@@ -166,8 +166,9 @@ def wait_until_in_ray(d: "Dashboard", job_id: str, every: float = 0.5) -> Option
     shown, missing_since = None, None
     while True:
         try:
-            d.job(job_id)
-            return None
+            # no metadata: perhaps the entry Ray writes back for a job pruned too soon (the history knows)
+            if d.job(job_id).get("metadata") or job_id not in QueueView.read(d, revive=False).history:
+                return None
         except JobNotFound:
             pass
         view = QueueView.read(d, history=missing_since is not None)  # the history only when it left the queue
