@@ -45,10 +45,30 @@ RUNNING = re.compile(r"\[rayjobs\] admitted after [\d.]+ s at \S+ \S+ UTC, runni
 FINISHED = re.compile(r"\[rayjobs\] attempt finished with exit code -?\d+ after [\d.]+ s at (\S+ \S+ UTC)")
 
 
+def _status(client: Any, sid: str) -> str:
+    """Ray's status of a job; QUEUED while the queue holds it (Ray does not know it until admitted)."""
+    try:
+        return str(client.get_job_status(sid))
+    except RuntimeError as e:
+        if "does not exist" in str(e) or "404" in str(e):
+            return "QUEUED"
+        raise
+
+
+def _log(client: Any, sid: str) -> str:
+    try:
+        return client.get_job_logs(sid)
+    except RuntimeError as e:
+        if "does not exist" in str(e) or "404" in str(e):
+            return ""
+        raise
+
+
 def wait_all(client: Any, ids: list[str], timeout: float = 600) -> dict[str, str]:
     deadline = time.monotonic() + timeout
+    st: dict[str, str] = {}
     while time.monotonic() < deadline:
-        st = {i: str(client.get_job_status(i)) for i in ids}
+        st = {i: _status(client, i) for i in ids}
         if all(s in ("SUCCEEDED", "FAILED", "STOPPED") for s in st.values()):
             return st
         time.sleep(0.5)
@@ -58,21 +78,27 @@ def wait_all(client: Any, ids: list[str], timeout: float = 600) -> dict[str, str
 def wait_admitted(client: Any, sid: str, timeout: float = 120) -> float:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        m = ADMITTED.search(client.get_job_logs(sid))
+        m = ADMITTED.search(_log(client, sid))
         if m:
             return parse_stamp(m.group(1))
         time.sleep(0.3)
     raise RuntimeError(f"{sid} not admitted after {timeout} s")
 
 
-def submit_points(cluster: FakeGpuCluster, points: list[list[str]]) -> list[str]:
-    """Compose every point, then submit them together (one sweep: parallel submission)."""
+def submit_points(cluster: FakeGpuCluster, points: list[list[str]], timing: dict[str, float] | None = None) -> list[str]:
+    """Compose every point, then submit them together (one sweep: parallel submission).
+    ``timing["send_s"]``: how long the send alone took (composition and checks not counted)."""
     from rayjobs.submit import compose
     from rayjobs.submit import pipeline
 
     cs = [compose.compose(["+exp=fake_ppo", f"rayjobs.address={cluster.address}", "+fake.hold_gpus=true", *p])
           for p in points]
-    return pipeline.send(pipeline.prepare(cs, sweep=len(cs) > 1), address=cluster.address)
+    prepared = pipeline.prepare(cs, sweep=len(cs) > 1)
+    t = time.monotonic()
+    ids = pipeline.send(prepared, address=cluster.address)
+    if timing is not None:
+        timing["send_s"] = time.monotonic() - t
+    return ids
 
 
 def intervals(client: Any, ids: list[str]) -> list[tuple[float, float, str]]:
@@ -156,12 +182,12 @@ def bench_backlog(root: Path, n: int) -> dict[str, Any]:
     c = FakeGpuCluster(root / "backlog", nodes=((2, 6),)).start()
     try:
         client = c.client()
-        blocker = submit_points(c, [whole + ["+fake.hold_gpus=true", "+fake.hold_s=3600"]])[0]
+        blocker = submit_points(c, [whole + ["+fake.hold_s=3600"]])[0]
         wait_admitted(client, blocker)
         base = settled(c)
-        t = time.monotonic()
-        submit_points(c, [whole + [f"trainer.total_epochs={k + 1}"] for k in range(n)])
-        out["ours_submit_s"] = time.monotonic() - t
+        timing: dict[str, float] = {}
+        submit_points(c, [whole + [f"trainer.total_epochs={k + 1}"] for k in range(n)], timing)
+        out["ours_submit_s"] = timing["send_s"]
         out["ours"] = settled(c)
         out["ours_base"] = base
         client.stop_job(blocker)
@@ -211,7 +237,7 @@ def bench_history(root: Path, n: int, ray_jobs: int) -> dict[str, Any]:
     c.start()
     try:
         env = dict(os.environ)
-        rj = [sys.executable, "-m", "rayjobs", "list", "--address", c.address]
+        rj = [os.path.join(os.path.dirname(sys.executable), "rayjobs"), "list", "--address", c.address]
         ray_cli = [os.path.join(os.path.dirname(sys.executable), "ray"), "job", "list", "--address", c.address]
         benchlib.timed(rj, env=env)  # the first command revives the queue: it reloads the store
         shown = len(json.loads(subprocess.run(rj + ["--json"], capture_output=True, text=True, env=env).stdout))
@@ -338,7 +364,10 @@ def main() -> None:
     ap.add_argument("--history", type=int, default=2000, help="finished jobs in the queue's history for `rayjobs list`")
     ap.add_argument("--ray-jobs", type=int, default=200, help="finished jobs in Ray's own table for `ray job list`")
     ap.add_argument("--only", choices=("gap", "util", "backlog", "history"), action="append",
-                    help="run only these parts (the doc section is written only for a full run)")
+                    help="run only these parts (the doc section is written once every part has a result)")
+    ap.add_argument("--parts", default="/tmp/rayjobs-bench-queue-parts.json",
+                    help="each part's result is kept here; --resume reuses those of an earlier run")
+    ap.add_argument("--resume", action="store_true")
     a = ap.parse_args()
     root = benchlib.isolated_home("rjq")
     work = root / "project"
@@ -353,12 +382,18 @@ def main() -> None:
              "backlog": lambda: bench_backlog(root, a.backlog),
              "history": lambda: bench_history(root, a.history, a.ray_jobs)}
     got: dict[str, Any] = {}
+    if a.resume and os.path.exists(a.parts):
+        with open(a.parts) as f:
+            got = json.load(f)
+        load0 = got.pop("_load0", load0)
     with benchlib.private_netns():
-        for name in a.only or parts:
+        for name in a.only or [p for p in parts if p not in got]:
             got[name] = parts[name]()
+            with open(a.parts, "w") as f:  # a later part's failure keeps this one's result
+                json.dump(dict(got, _load0=load0), f, default=str)
     load1 = os.getloadavg()[0]
     shutil.rmtree(root, ignore_errors=True)
-    if a.only:
+    if set(parts) - set(got):
         print(json.dumps(got, indent=1, default=str))
         return
     gap, util, back, hist = got["gap"], got["util"], got["backlog"], got["history"]
@@ -407,7 +442,7 @@ could not use GPUs held as entrypoint resources anyway.
 **A backlog of {back['n']} waiting jobs** behind a job holding the whole 1-node cluster, side by side
 (each on a fresh cluster; the head's processes and their RSS once settled, before and after):
 
-| waiting jobs | processes on the head | RSS on the head | per job | submit took |
+| waiting jobs | processes on the head | RSS on the head | per job | sending them took |
 |---|---:|---:|---:|---:|
 | rayjobs: {back['n']} records in the queue's store (one sweep) | {ours_p:+d} | {ours_mb:+.1f} MB | {ours_mb / back['n'] * 1024:.0f} KB | {back['ours_submit_s']:.1f} s |
 | Ray PENDING (`entrypoint_num_gpus=2`), {back['n']} jobs | {ray_p:+d} | {ray_mb:+.1f} MB | {ray_mb / back['n'] * 1024:.0f} KB | {back['ray_submit_s']:.1f} s |
@@ -415,7 +450,9 @@ could not use GPUs held as entrypoint resources anyway.
 Target: < 50 MB in all and no process per job for 500 waiting jobs. A waiting rayjobs job is a
 JSON file on the storage root (its code once per content hash), and a line in the queue's status
 file; it reaches Ray only when it is admitted. (Before this design a waiting job kept its runner
-and Ray's job supervisor: 5 processes and ~356 MB each.)
+and Ray's job supervisor: 5 processes and ~356 MB each.) "Sending them took": rayjobs' send of
+the composed and checked sweep (its enqueue requests, each a small Ray job, until the queue shows
+every job) against {back['n']} `submit_job` calls of Ray's SDK in one loop.
 
 **History**: `rayjobs list` over {hist['n']} finished jobs in the queue's history (records in the store,
 pruned from Ray's job table; {hist['shown']} rows shown), median of 5: **{statistics.median(hist['alone']):.2f} s**
