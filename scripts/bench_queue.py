@@ -215,7 +215,7 @@ def bench_backlog(root: Path, n: int) -> dict[str, Any]:
 def _finished_record(k: int, now: float) -> dict[str, Any]:
     """A finished job's record as the queue writes it (a sweep point of fake_ppo, its final metrics)."""
     sid = f"fake_ppo-20261101-000000-{k:04x}"
-    meta = {"experiment": "fake_ppo", "run": sid, "sweep": "fake_ppo-20261101-000000", "kind": "verl",
+    meta = {"rayjobs": "0.1.0", "experiment": "fake_ppo", "run": sid, "sweep": "fake_ppo-20261101-000000", "kind": "verl",
             "priority": "0", "max_retries": "0", "overrides": f'["trainer.total_epochs={k}"]',
             "submitted_at": "2026-11-01T00:00:00.000+00:00", "run_dir": f"/storage/runs/x/{sid}"}
     return {"id": sid, "state": "done", "status": "SUCCEEDED" if k % 10 else "FAILED", "queued_at": now - 9000 + k,
