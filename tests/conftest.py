@@ -94,6 +94,17 @@ def rayjobs_cli(*args: str, cwd: Optional[Path] = None, env: Optional[dict[str, 
                           text=True, timeout=timeout, env=dict(os.environ, **(env or {})))
 
 
+def wait_until(pred: Any, timeout: float, what: str, every: float = 0.5) -> Any:
+    """Poll ``pred`` until it returns something truthy (that value), bounded by ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
 def wait_terminal(client: Any, job_id: str, timeout: float = 120) -> str:
     """Poll a job's status until terminal (bounded). The queue submits a job to Ray only when it
     fits, so until then Ray does not know the id: that is "not yet", not an error."""

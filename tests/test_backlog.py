@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import rayjobs_cli, rayjobs_submit, wait_terminal
+from conftest import wait_until, rayjobs_cli, rayjobs_submit, wait_terminal
 from test_queue_cluster import FakeGpuCluster
 
 from rayjobs.oncluster.store import QueueStore
@@ -24,16 +24,6 @@ from rayjobs.oncluster.store import QueueStore
 WHOLE = ("trainer.nnodes=1", "trainer.n_gpus_per_node=2")
 #: The budget of the issue: 500 waiting jobs grow the head by < 50 MB, no process per job.
 MB_PER_WAITING_JOB = 50 / 500
-
-
-def wait_until(pred: Any, timeout: float, what: str, every: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def view(cluster: FakeGpuCluster) -> Any:

@@ -10,13 +10,12 @@ from __future__ import annotations
 import re
 import shutil
 import tempfile
-import time
 from pathlib import Path
 from typing import Any, Optional
 
 import pytest
 
-from conftest import queue_status, rayjobs_cli, rayjobs_submit, wait_terminal
+from conftest import wait_until, queue_status, rayjobs_cli, rayjobs_submit, wait_terminal
 from test_queue_cluster import FakeGpuCluster
 
 from rayjobs.settings import Target
@@ -54,16 +53,6 @@ def submit(cluster: FakeGpuCluster, *overrides: str) -> str:
 def admitted_at(client: Any, sid: str) -> Optional[float]:
     m = re.search(r"\[rayjobs\] admitted after [\d.]+ s at (\S+ \S+ UTC)", client.get_job_logs(sid))
     return parse_stamp(m.group(1)) if m else None
-
-
-def wait_until(pred: Any, timeout: float, what: str, every: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def queued(cluster: FakeGpuCluster) -> dict[str, int]:

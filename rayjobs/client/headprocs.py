@@ -130,7 +130,7 @@ def terminate(live: Callable[[], Iterable[int]], timeout: float = 20.0, poll: fl
 def stop_head(rec: dict[str, Any], timeout: float) -> list[int]:
     """Terminate every process of the head ``rec`` in Ray's own order; the PIDs that survived.
 
-    Like ``ray stop``: the raylet first (it stops its workers and agents), the GCS last (the others
+    Ray's own shutdown order: the raylet first (it stops its workers and agents), the GCS last (the others
     report to it). All at once, the GCS and the raylet hang in their shutdown (measured on Ray
     2.60: alive 12 s after SIGTERM); in this order the head is gone in ~1.5 s. SIGTERM gets half
     of ``timeout``, then SIGKILL whatever is left.
