@@ -386,7 +386,10 @@ class QueueActor:
         pruned = {i for i, r in records.items() if r.get("pruned")}
         try:
             for j in self.d.sdk.list_jobs():
-                ended = str(j.status).split(".")[-1] in TERMINAL and j.submission_id
+                # Ended a while ago only: deleting a job whose supervisor is still exiting makes Ray
+                # write back a metadata-less "Entrypoint not found." entry (a ghost a view would count).
+                ended = (str(j.status).split(".")[-1] in TERMINAL and j.submission_id
+                         and (j.end_time or 0) / 1000.0 < time.time() - PRUNE_MIN_AGE_S)
                 # rayjobs' own small jobs, and the entry Ray writes back for a job deleted too soon
                 if ended and ((j.metadata or {}).get(ROLE_KEY) or (j.submission_id in pruned and not j.metadata)):
                     self.d.sdk.delete_job(j.submission_id)
