@@ -31,8 +31,11 @@ class Tail:
     """``rayjobs tail ID`` in the background; its output collected line by line."""
 
     def __init__(self, job_id: str, *extra: str) -> None:
+        # PYTHONFAULTHANDLER: a tail that hangs is sent SIGABRT by wait(), which then prints where
+        # every thread of it was (a failure that says why, not only "timed out").
         self.p = subprocess.Popen([sys.executable, "-m", "rayjobs.cli", "tail", job_id, *extra],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  env={**os.environ, "PYTHONFAULTHANDLER": "1"})
         self.out: list[str] = []
         self.err: list[str] = []
         self.threads = [threading.Thread(target=self._pump, args=(s, acc), daemon=True)
@@ -57,6 +60,15 @@ class Tail:
     def wait(self, timeout: float = 120) -> int:
         try:
             rc = self.p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.p.send_signal(signal.SIGABRT)  # the fault handler dumps every thread's stack
+            try:
+                self.p.wait(10)
+            except subprocess.TimeoutExpired:
+                pass
+            for t in self.threads:
+                t.join(5)
+            raise AssertionError(f"tail still running after {timeout} s; its stderr:\n{self.stderr[-6000:]}")
         finally:
             if self.p.poll() is None:
                 self.p.kill()
