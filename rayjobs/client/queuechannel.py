@@ -97,7 +97,7 @@ def _packed_chunks(jobs: list[dict[str, Any]]) -> list[str]:
 
 
 def cancel(d: "Dashboard", ids: Sequence[str]) -> None:
-    """Ask the queue to drop waiting jobs (they never start)."""
+    """Ask the queue to drop waiting jobs (they never start), or to stop admitted ones once Ray has them."""
     _request(d, "control", "python3 -m rayjobs.oncluster.control cancel " + " ".join(ids))
 
 
@@ -152,13 +152,17 @@ def read_history(d: "Dashboard") -> dict[str, dict[str, Any]]:
 
 
 def wait_taken_in(d: "Dashboard", ids: Sequence[str], timeout: float) -> None:
-    """Wait (bounded) until the queue shows every id: waiting, in Ray (admitted), or finished."""
+    """Wait (bounded) until the queue shows every id: waiting, admitted, or finished.
+
+    An admitted job counts before the queue has handed it to Ray: its record is durable and every
+    view knows it (``STARTING``), and waiting for Ray's own submit of each point of a sweep made a
+    sweep's submit as slow as Ray's one-by-one submits (measured: 21.6 s for 16 points)."""
     deadline = time.monotonic() + timeout
     left = set(ids)
     history_at = time.monotonic()
     while left and time.monotonic() < deadline:
         doc = read_status(d) or {}
-        seen = {e["id"] for e in doc.get("queue", [])} | {e["id"] for e in doc.get("admitted", []) if e.get("in_ray")}
+        seen = {e["id"] for e in doc.get("queue", [])} | {e["id"] for e in doc.get("admitted", [])}
         left -= seen
         if left and time.monotonic() - history_at > 1.0:  # ended already? (the history may be long)
             history_at = time.monotonic()

@@ -81,6 +81,7 @@ class _Entry:
     note: str = ""
     busy: Optional[Future] = None  #: a call to the Jobs API in flight for it (submit, poll, stop)
     in_ray: bool = False  #: its Ray job exists (the submit returned)
+    stop_asked: bool = False  #: a stop came before Ray had the job: stop it once the submit returns
 
 
 class QueueActor:
@@ -232,8 +233,10 @@ class QueueActor:
             if sid in self.waiting:
                 e = self.waiting.pop(sid)
                 self._finish(e.rec, "STOPPED", "stopped while queued: it never started")
-            elif sid in self.admitted:
+            elif sid in self.admitted and self.admitted[sid].in_ray:
                 self.pool.submit(self.d.stop, sid)
+            elif sid in self.admitted:  # its submit is in flight: a stop now would find no job
+                self.admitted[sid].stop_asked = True
 
     def _wait(self, rec: dict[str, Any]) -> None:
         self.waiting[rec["id"]] = _Entry(rec, request_from_record(rec))
@@ -281,6 +284,8 @@ class QueueActor:
             result, e.busy = e.busy.result(), None
             if isinstance(result, tuple):  # a submit
                 e.in_ray = result[0] == "ok"
+                if e.in_ray and e.stop_asked:
+                    self.pool.submit(self.d.stop, sid)
                 if result[0] == "error":
                     self.admitted.pop(sid)
                     self._finish(e.rec, "FAILED", f"Ray refused the job at admission: {result[1]}")
@@ -412,7 +417,8 @@ class QueueActor:
                   "waiting_s": round(now - e.req.since, 1), "reason": e.note, "queued_at": e.rec.get("queued_at"),
                   "metadata": (e.rec.get("spec") or {}).get("metadata") or {}} for i, e in enumerate(self._order())]
         running = [{"id": e.req.id, "gpu_groups": e.req.groups, "unplaced": e.unplaced, "note": e.note,
-                    "admitted_at": round(e.admitted_at, 3), "in_ray": e.in_ray} for e in self.admitted.values()]
+                    "admitted_at": round(e.admitted_at, 3), "in_ray": e.in_ray,
+                    "metadata": (e.rec.get("spec") or {}).get("metadata") or {}} for e in self.admitted.values()]
         return {"protocol": PROTOCOL, "updated_at": round(now, 3), "backfill_s": self.backfill_s,
                 "reserving_for": self.reserving_for, "queue": queue, "admitted": running, "cluster": self.cluster}
 

@@ -42,7 +42,7 @@ class QueueView:
                    live=bool(doc), cluster=dict(doc.get("cluster") or {}))
 
     def ids(self) -> set[str]:
-        return set(self.waiting) | set(self.history)
+        return set(self.waiting) | set(self.admitted) | set(self.history)
 
     def position(self, job_id: str) -> Optional[int]:
         e = self.waiting.get(job_id)
@@ -56,6 +56,11 @@ class QueueView:
                     "message": e.get("reason"), "start_time": None, "end_time": None,
                     "queue_position": int(e["position"])}
         h = self.history.get(job_id)
+        if h is None and job_id in self.admitted:  # admitted, and the queue is handing it to Ray
+            e = self.admitted[job_id]
+            return {"submission_id": job_id, "status": "PENDING", "metadata": e.get("metadata") or {},
+                    "message": "admitted: the queue is submitting it to Ray", "start_time": None,
+                    "end_time": None}
         if h is None:
             return None
         return {"submission_id": job_id, "status": h.get("status"), "metadata": h.get("metadata") or {},
