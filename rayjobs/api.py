@@ -56,7 +56,7 @@ class Job:
 
         d = dashboard or _connect(address)
         view = QueueView.read(d)
-        ids = {j.submission_id for j in d.list_jobs() if j.submission_id} | view.ids()
+        ids = {j["submission_id"] for j in d.list_jobs() if j.get("submission_id")} | view.ids()
         from rayjobs.client.dashboard import resolve_prefix
 
         return cls(resolve_prefix(prefix, ids), dashboard=d)
@@ -226,8 +226,8 @@ def all_jobs(d: "Dashboard", view: Any = None) -> list[Any]:
     view = view or QueueView.read(d)
     # An entry without metadata for a job the queue finished is the one Ray writes back for a job
     # pruned from its table while the supervisor was exiting: the queue's history is the truth.
-    jobs: list[Any] = [j for j in d.list_jobs() if j.metadata or j.submission_id not in view.history]
-    in_ray = {j.submission_id for j in jobs}
+    jobs: list[Any] = [j for j in d.list_jobs() if j.get("metadata") or j.get("submission_id") not in view.history]
+    in_ray = {j.get("submission_id") for j in jobs}
     jobs += [view.as_job(i) for i in sorted(view.ids() - in_ray)]
     return jobs
 
@@ -259,8 +259,9 @@ def stop_jobs(job_ids: Sequence[str] = (), *, sweep: Optional[str] = None, wait:
     for i in ids:
         if status.get(i) in TERMINAL:
             say(f"{i} already {status[i]}")
-    queued = [i for i in ids if i in view.waiting]
-    running = [i for i in ids if status.get(i) not in TERMINAL and i not in view.waiting]
+    # a job admitted but not yet in Ray is stopped by the queue too (Ray would answer "no such job")
+    queued = [i for i in ids if i in view.waiting or not view.admitted.get(i, {"in_ray": True}).get("in_ray")]
+    running = [i for i in ids if status.get(i) not in TERMINAL and i not in queued]
     if queued:
         queuechannel.cancel(d, queued)
     for i in running:

@@ -132,10 +132,10 @@ def test_plot_a_sweep(done, tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     # where the metrics files are not readable (a remote cluster), the same data comes from the log
     d = connect()
-    remote = [j for j in d.list_jobs() if j.submission_id in ids]
+    remote = [j for j in d.list_jobs() if j["submission_id"] in ids]
     for j in remote:
-        j.metadata = {k: v for k, v in j.metadata.items() if k != "run_dir"}
-    from_log = plot.collect(d, sorted(remote, key=lambda j: ids.index(j.submission_id)))
+        j["metadata"] = {k: v for k, v in j["metadata"].items() if k != "run_dir"}
+    from_log = plot.collect(d, sorted(remote, key=lambda j: ids.index(j["submission_id"])))
     assert [j["source"] for j in from_log["jobs"]] == ["log", "log"]
     assert [j["series"] for j in from_log["jobs"]] == [j["series"] for j in data["jobs"]]
     # one job by id, a chosen metric

@@ -38,7 +38,7 @@ def view(d: Optional["Dashboard"] = None) -> dict[str, Any]:
     counts: dict[str, int] = {}
     in_ray = set()
     for j in d.list_jobs():
-        in_ray.add(j.submission_id)
+        in_ray.add(j.get("submission_id"))
         counts[status_of(j)] = counts.get(status_of(j), 0) + 1
     for sid, h in view.history.items():  # finished jobs Ray has pruned still count
         if sid not in in_ray and h.get("status"):
