@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 import time
 from datetime import datetime
 
@@ -90,6 +92,19 @@ def test_list_table_and_filters(done):
     one_line_error(cli("list", "--status", "RUNNNING"), "RUNNNING", "RUNNING")
     one_line_error(cli("list", "--sweep", sid[:-2] + "zz"), "no sweep", sid)
     one_line_error(cli("list", "--experiment", "fake_ppp"), "fake_ppp", "fake_ppo")
+
+
+def test_list_reads_ray_jobs_without_the_sdk(done):
+    # A budget that does not drift: `rayjobs list` lists Ray's jobs through the REST GET; importing
+    # Ray's SDK (and a pydantic JobDetails per job) was 1.2 s of a list over 2,000 jobs.
+    sid, ids = done
+    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "rayjobs.cli", "list", "--sweep", sid],
+                       capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert all(i in r.stdout for i in ids)
+    imported = {ln.split("|")[-1].strip() for ln in r.stderr.splitlines() if ln.startswith("import time:")}
+    assert "requests" in imported  # the probe sees what the command imports
+    assert not {m for m in imported if m.startswith(("ray.job_submission", "ray.dashboard"))}, sorted(imported)[:20]
 
 
 def test_status_and_logs(done):

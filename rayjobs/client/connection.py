@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Optional
 
 from rayjobs import settings
-from rayjobs.client.dashboard import Dashboard
+from rayjobs.client.dashboard import Dashboard, DashboardDown, unreachable_message
+from rayjobs.errors import ClusterUnreachable
 
 
 def connect(address: Optional[str] = None, *, address_from: str = "--address", quiet: bool = True) -> Dashboard:
@@ -21,7 +22,7 @@ def connect(address: Optional[str] = None, *, address_from: str = "--address", q
         quiet: do not say on stderr that the embedded local head is used.
 
     Returns:
-        The :class:`Dashboard`, its Jobs SDK connected (the SDK checks the connection on creation).
+        The :class:`Dashboard`, its dashboard known to answer (the Jobs SDK is made on first use).
 
     Raises:
         ClusterUnreachable: nothing answers there, or it refuses our token (one line, what to run).
@@ -32,5 +33,10 @@ def connect(address: Optional[str] = None, *, address_from: str = "--address", q
 
         target = embedded.ensure(quiet=quiet)
     d = Dashboard(target)
-    d.sdk  # noqa: B018  (connect now: an unreachable cluster fails here, in one line)
+    # Connect now, so an unreachable cluster fails here in one line: one GET of /api/version (what
+    # the SDK's constructor asks too), not the SDK itself, whose import is ~1 s of a `rayjobs list`.
+    try:
+        d.version()
+    except DashboardDown as e:
+        raise ClusterUnreachable(unreachable_message(target, e)) from e
     return d
