@@ -33,9 +33,13 @@ class Tail:
     def __init__(self, job_id: str, *extra: str) -> None:
         # PYTHONFAULTHANDLER: a tail that hangs is sent SIGABRT by wait(), which then prints where
         # every thread of it was (a failure that says why, not only "timed out").
+        # SIGINT back to its default in the child: a test run started in the background by a
+        # non-interactive shell inherits SIGINT *ignored*, and Python then never raises
+        # KeyboardInterrupt, so the Ctrl-C test hung (the thread dump showed tail still streaming).
         self.p = subprocess.Popen([sys.executable, "-m", "rayjobs.cli", "tail", job_id, *extra],
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                  env={**os.environ, "PYTHONFAULTHANDLER": "1"})
+                                  env={**os.environ, "PYTHONFAULTHANDLER": "1"},
+                                  preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         self.out: list[str] = []
         self.err: list[str] = []
         self.threads = [threading.Thread(target=self._pump, args=(s, acc), daemon=True)

@@ -32,23 +32,12 @@ def _open(address: Optional[str]) -> Any:
     return connect(address)
 
 
-DETACHED = 130  #: tail/logs -f left with Ctrl-C (the job keeps running)
-
-
 def _exit(code: int) -> None:
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except (BrokenPipeError, ValueError):
             pass
-    if code == DETACHED:
-        # Ctrl-C means "leave now": nothing is left to clean up (the job runs on; the log reader
-        # and status poller are daemon threads inside socket reads), so skip the interpreter's
-        # finalization. Seen twice in full test runs (Python 3.11.2, a loaded machine): a tail
-        # that had been interrupted was still alive 30 s later; never reproduced in 37 tries alone.
-        import os
-
-        os._exit(code)
     sys.exit(code)
 
 
