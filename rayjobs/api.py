@@ -260,7 +260,7 @@ def stop_jobs(job_ids: Sequence[str] = (), *, sweep: Optional[str] = None, wait:
         if status.get(i) in TERMINAL:
             say(f"{i} already {status[i]}")
     # a job admitted but not yet in Ray is stopped by the queue too (Ray would answer "no such job")
-    queued = [i for i in ids if i in view.waiting or not view.admitted.get(i, {"in_ray": True}).get("in_ray")]
+    queued = [i for i in ids if i in view.waiting or view.handing_to_ray(i)]
     running = [i for i in ids if status.get(i) not in TERMINAL and i not in queued]
     if queued:
         queuechannel.cancel(d, queued)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import wait_until, rayjobs_cli, rayjobs_submit, wait_terminal
+from conftest import rayjobs_cli, rayjobs_submit, wait_terminal, wait_until
 from test_queue_cluster import FakeGpuCluster
 
 from rayjobs.oncluster.store import QueueStore

@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 import pytest
 
-from conftest import wait_until, queue_status, rayjobs_cli, rayjobs_submit, wait_terminal
+from conftest import queue_status, rayjobs_cli, rayjobs_submit, wait_terminal, wait_until
 from test_queue_cluster import FakeGpuCluster
 
 from rayjobs.settings import Target

@@ -33,11 +33,10 @@ def _open(address: Optional[str]) -> Any:
 
 
 def _exit(code: int) -> None:
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (BrokenPipeError, ValueError):
-            pass
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        pass
     sys.exit(code)
 
 

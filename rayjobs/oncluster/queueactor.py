@@ -83,6 +83,9 @@ class _Entry:
     in_ray: bool = False  #: its Ray job exists (the submit returned)
     stop_asked: bool = False  #: a stop came before Ray had the job: stop it once the submit returns
 
+    def metadata(self) -> dict[str, Any]:
+        return dict((self.rec.get("spec") or {}).get("metadata") or {})
+
 
 class QueueActor:
     """The queue itself: ``ray.remote(QueueActor)`` named ``rayjobs/queue``, detached, on the head."""
@@ -415,10 +418,10 @@ class QueueActor:
         now = time.time()
         queue = [{"id": e.req.id, "position": i + 1, "priority": e.req.priority, "gpu_groups": e.req.groups,
                   "waiting_s": round(now - e.req.since, 1), "reason": e.note, "queued_at": e.rec.get("queued_at"),
-                  "metadata": (e.rec.get("spec") or {}).get("metadata") or {}} for i, e in enumerate(self._order())]
+                  "metadata": e.metadata()} for i, e in enumerate(self._order())]
         running = [{"id": e.req.id, "gpu_groups": e.req.groups, "unplaced": e.unplaced, "note": e.note,
                     "admitted_at": round(e.admitted_at, 3), "in_ray": e.in_ray,
-                    "metadata": (e.rec.get("spec") or {}).get("metadata") or {}} for e in self.admitted.values()]
+                    "metadata": e.metadata()} for e in self.admitted.values()]
         return {"protocol": PROTOCOL, "updated_at": round(now, 3), "backfill_s": self.backfill_s,
                 "reserving_for": self.reserving_for, "queue": queue, "admitted": running, "cluster": self.cluster}
 

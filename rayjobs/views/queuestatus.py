@@ -44,6 +44,10 @@ class QueueView:
     def ids(self) -> set[str]:
         return set(self.waiting) | set(self.admitted) | set(self.history)
 
+    def handing_to_ray(self, job_id: str) -> bool:
+        """Admitted, and Ray does not have it yet (the queue's submit of it is in flight)."""
+        return job_id in self.admitted and not self.admitted[job_id].get("in_ray")
+
     def position(self, job_id: str) -> Optional[int]:
         e = self.waiting.get(job_id)
         return int(e["position"]) if e else None
@@ -56,7 +60,7 @@ class QueueView:
                     "message": e.get("reason"), "start_time": None, "end_time": None,
                     "queue_position": int(e["position"])}
         h = self.history.get(job_id)
-        if h is None and job_id in self.admitted:  # admitted, and the queue is handing it to Ray
+        if h is None and job_id in self.admitted:  # admitted; Ray does not list it (yet)
             e = self.admitted[job_id]
             return {"submission_id": job_id, "status": "PENDING", "metadata": e.get("metadata") or {},
                     "message": "admitted: the queue is submitting it to Ray", "start_time": None,
