@@ -51,7 +51,15 @@ def submit(cluster: FakeGpuCluster, *overrides: str) -> str:
 
 
 def admitted_at(client: Any, sid: str) -> Optional[float]:
-    m = re.search(r"\[rayjobs\] admitted after [\d.]+ s at (\S+ \S+ UTC)", client.get_job_logs(sid))
+    """When the queue admitted the job (its runner's line); None while Ray does not have it yet
+    (a submit returns once the queue holds the job, admitted or not, before Ray knows the id)."""
+    try:
+        log = client.get_job_logs(sid)
+    except RuntimeError as e:
+        if "does not exist" not in str(e) and "404" not in str(e):
+            raise
+        return None
+    m = re.search(r"\[rayjobs\] admitted after [\d.]+ s at (\S+ \S+ UTC)", log)
     return parse_stamp(m.group(1)) if m else None
 
 
