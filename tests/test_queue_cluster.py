@@ -121,9 +121,11 @@ class FakeGpuCluster:
             return json.loads(r.read())["data"]["result"]["result"]
 
     def pids(self) -> list[int]:
-        """Every process of this cluster (their command lines name its temp dir or GCS address)."""
-        return headprocs.pids_naming(*(str(self.root / f"ray{i}") for i in range(len(self.nodes))),
-                                    f"127.0.0.1:{self.gcs_port}", f"--gcs-address={self.gcs}", f"--address={self.gcs}")
+        """Every process of this cluster: those whose command lines name its temp dir or GCS address, and
+        their descendants (Ray's renamed workers, each job's supervisor and driver)."""
+        return headprocs.with_descendants(headprocs.pids_naming(
+            *(str(self.root / f"ray{i}") for i in range(len(self.nodes))),
+            f"127.0.0.1:{self.gcs_port}", f"--gcs-address={self.gcs}", f"--address={self.gcs}"))
 
     def stop(self, timeout: float = 20.0) -> None:
         """SIGTERM then SIGKILL every PID of this cluster (never the `ray` CLI's stop)."""

@@ -71,6 +71,26 @@ def _sid(rec: dict[str, Any], procs: dict[int, _Proc]) -> Optional[int]:
     return None if leader and leader.start != rec.get("sid_start") else sid
 
 
+def with_descendants(pids: Iterable[int], procs: Optional[dict[int, _Proc]] = None) -> list[int]:
+    """``pids`` (those alive) and every live descendant of them.
+
+    Ray renames its workers (``ray::JobSupervisor``, ``ray::IDLE``) and starts each job's driver in a
+    session of its own under one, so only the process tree finds them all.
+    """
+    procs = _procs() if procs is None else procs
+    found = {pid for pid in pids if pid in procs}
+    children: dict[int, list[int]] = {}
+    for pid, p in procs.items():
+        children.setdefault(p.ppid, []).append(pid)
+    todo = list(found)
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return sorted(found)
+
+
 def head_pids(rec: dict[str, Any], procs: Optional[dict[int, _Proc]] = None,
               roots: Iterable[int] = ()) -> list[int]:
     """Live PIDs of the head ``rec`` describes: its session, what names its temp dir, and
@@ -81,15 +101,7 @@ def head_pids(rec: dict[str, Any], procs: Optional[dict[int, _Proc]] = None,
     found = {pid for pid, p in procs.items()
              if (sid and p.sid == sid) or temp + b"/" in p.cmdline or temp + b" " in p.cmdline}
     found |= {pid for pid in roots if pid in procs}
-    children: dict[int, list[int]] = {}
-    for pid, p in procs.items():
-        children.setdefault(p.ppid, []).append(pid)
-    todo = list(found)
-    while todo:  # descendants: a job's driver runs in a session of its own, under a worker
-        for child in children.get(todo.pop(), []):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
+    found = set(with_descendants(found, procs))
     me, mine = os.getpid(), set()
     while me in procs and me not in mine:
         mine.add(me)
