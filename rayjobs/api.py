@@ -20,7 +20,7 @@ import time
 from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
 
 from rayjobs.errors import ConfigError, NoSuchJob, RayjobsError
-from rayjobs.shared import TERMINAL
+from rayjobs.shared import STANDBY_KEY, TERMINAL
 
 if TYPE_CHECKING:
     from rayjobs.client.dashboard import Dashboard
@@ -82,7 +82,9 @@ class Job:
         d = self.dashboard
         try:
             job: Any = d.info(self.job_id)
-            if not jobrows.meta(job):  # perhaps what Ray writes back for a job pruned too soon
+            # no metadata: perhaps what Ray writes back for a job pruned too soon; a pre-started
+            # job is QUEUED while the queue still lists it as waiting
+            if not jobrows.meta(job) or jobrows.meta(job).get(STANDBY_KEY):
                 job = QueueView.read(d).as_job(self.job_id) or job
         except JobNotFound:
             job = QueueView.read(d).as_job(self.job_id)
@@ -142,10 +144,11 @@ class Job:
 
         return jobtail.tail(self.dashboard, self.job_id, live=live, lines=lines)
 
-    def stop(self, *, wait: float = 90.0) -> str:
-        """Stop the job (SIGTERM, the head's grace period to checkpoint, then Ray's kill); its status
-        after at most ``wait`` seconds."""
-        return stop_jobs([self.job_id], wait=wait, dashboard=self.dashboard)[self.job_id]
+    def stop(self, *, wait: float = 90.0, at_checkpoint: bool = False, timeout: float = 3600.0) -> str:
+        """Stop the job (SIGTERM, the head's grace period, then Ray's kill); its status after at most
+        ``wait`` seconds. ``at_checkpoint``: once its next checkpoint is saved (at most ``timeout`` s)."""
+        return stop_jobs([self.job_id], wait=wait, dashboard=self.dashboard, at_checkpoint=at_checkpoint,
+                         timeout=timeout)[self.job_id]
 
 
 # --------------------------------------------------------------------------- submit
@@ -226,7 +229,9 @@ def all_jobs(d: "Dashboard", view: Any = None) -> list[Any]:
     view = view or QueueView.read(d)
     # An entry without metadata for a job the queue finished is the one Ray writes back for a job
     # pruned from its table while the supervisor was exiting: the queue's history is the truth.
-    jobs: list[Any] = [j for j in d.list_jobs() if j.get("metadata") or j.get("submission_id") not in view.history]
+    # A pre-started job (the queue's standby) is QUEUED while the queue lists it as waiting.
+    jobs: list[Any] = [j for j in d.list_jobs() if (j.get("metadata") or j.get("submission_id") not in view.history)
+                       and j.get("submission_id") not in view.waiting]
     in_ray = {j.get("submission_id") for j in jobs}
     jobs += [view.as_job(i) for i in sorted(view.ids() - in_ray)]
     return jobs
@@ -234,14 +239,19 @@ def all_jobs(d: "Dashboard", view: Any = None) -> list[Any]:
 
 def stop_jobs(job_ids: Sequence[str] = (), *, sweep: Optional[str] = None, wait: float = 90.0,
               address: Optional[str] = None, dashboard: Optional["Dashboard"] = None,
-              say: Any = None) -> dict[str, str]:
+              say: Any = None, at_checkpoint: bool = False, timeout: float = 3600.0) -> dict[str, str]:
     """Stop jobs (by id or prefix) and every job of ``sweep``; ``{id: status}`` after at most ``wait`` s.
 
     A waiting job is cancelled in the queue (it never starts); a running one gets SIGTERM and the
-    head's grace period to save a checkpoint. Idempotent: an ended job is left as it is.
+    head's grace period, and ``say`` is told how many steps since its last checkpoint a resume will
+    redo. With ``at_checkpoint`` a running job is stopped by its runner right after its next
+    checkpoint is saved (or after ``timeout`` seconds without one). Idempotent: an ended job is
+    left as it is.
+
+    Raises:
+        ConfigError: nothing named; ``at_checkpoint`` for a job that saves no checkpoints.
     """
     from rayjobs.client import queuechannel
-    from rayjobs.client.dashboard import resolve_prefix
     from rayjobs.views import jobrows
     from rayjobs.views.queuestatus import QueueView
 
@@ -251,10 +261,7 @@ def stop_jobs(job_ids: Sequence[str] = (), *, sweep: Optional[str] = None, wait:
     d = dashboard or _connect(address)
     view = QueueView.read(d)
     jobs = all_jobs(d, view)
-    known = {jobrows.field(j, "submission_id") for j in jobs}
-    ids = [resolve_prefix(j, known) for j in job_ids]
-    ids += [jobrows.field(j, "submission_id") for j in jobrows.select(jobs, sweep=sweep)] if sweep else []
-    ids = list(dict.fromkeys(ids))
+    ids = _stop_ids(jobs, job_ids, sweep)
     status = {jobrows.field(j, "submission_id"): jobrows.status_of(j) for j in jobs}
     for i in ids:
         if status.get(i) in TERMINAL:
@@ -262,14 +269,81 @@ def stop_jobs(job_ids: Sequence[str] = (), *, sweep: Optional[str] = None, wait:
     # a job admitted but not yet in Ray is stopped by the queue too (Ray would answer "no such job")
     queued = [i for i in ids if i in view.waiting or view.handing_to_ray(i)]
     running = [i for i in ids if status.get(i) not in TERMINAL and i not in queued]
+    if at_checkpoint:
+        by_id = {jobrows.field(j, "submission_id"): j for j in jobs}
+        for i in running:
+            _check_saves_checkpoints(i, jobrows.meta(by_id[i]))
     if queued:
         queuechannel.cancel(d, queued)
-    for i in running:
-        d.stop(i)
-    if queued or running:
-        say(f"asked {len(queued) + len(running)} job(s) to stop; a running trainer gets a grace period to save a checkpoint")
+    for line in _redo_lines(d, running, at_checkpoint):
+        say(line)
+    if running and at_checkpoint:
+        queuechannel.stop_at_checkpoint(d, running, timeout)
+    elif running:
+        for i in running:
+            d.stop(i)
+    n = len(queued) + len(running)
+    if n and at_checkpoint:
+        say(f"asked {n} job(s) to stop; a running one stops once its next checkpoint is saved (at most {timeout:g} s)")
+    elif n:
+        say(f"asked {n} job(s) to stop; a running trainer gets a grace period to save a checkpoint")
     _wait_terminal(d, queued + running, status, wait)
     return {i: status.get(i, "?") for i in ids}
+
+
+def _stop_ids(jobs: Sequence[Any], job_ids: Sequence[str], sweep: Optional[str]) -> list[str]:
+    """The ids named (by id or unique prefix) and those of ``sweep``, once each, in that order."""
+    from rayjobs.client.dashboard import resolve_prefix
+    from rayjobs.views import jobrows
+
+    known = {jobrows.field(j, "submission_id") for j in jobs}
+    ids = [resolve_prefix(j, known) for j in job_ids]
+    ids += [jobrows.field(j, "submission_id") for j in jobrows.select(jobs, sweep=sweep)] if sweep else []
+    return list(dict.fromkeys(ids))
+
+
+def _check_saves_checkpoints(job_id: str, meta: dict[str, Any]) -> None:
+    """``--at-checkpoint`` needs a verl job of rayjobs' that saves checkpoints (one line, exit 2)."""
+    if not meta.get("checkpoint_dir"):
+        raise ConfigError(f"{job_id} has no checkpoint dir rayjobs knows (not a verl job submitted through rayjobs); "
+                          f"stop it without --at-checkpoint")
+    from rayjobs.submit import ledger
+
+    cfg = ledger.run_dir(job_id) / "config.yaml"
+    if cfg.is_file():
+        from omegaconf import OmegaConf
+
+        freq = OmegaConf.select(OmegaConf.load(cfg), "trainer.save_freq", default=None)
+        if isinstance(freq, int) and freq <= 0:
+            raise ConfigError(f"{job_id} saves no checkpoints (trainer.save_freq={freq}): stop it without "
+                              f"--at-checkpoint (a resume would start from step 0)")
+
+
+def _redo_lines(d: "Dashboard", ids: Sequence[str], at_checkpoint: bool) -> list[str]:
+    """Per running job: its step, its last complete checkpoint and how many steps a resume redoes
+    (from the tail of its log: the runner's checkpoint lines), read in parallel."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from rayjobs.views import jobrows
+
+    def one(job_id: str) -> Optional[str]:
+        try:
+            job = d.info(job_id)
+            row = jobrows.add_progress(jobrows.base_row(job), job, d, lines=2000)
+        except RayjobsError:
+            return None
+        step, ckpt = row.get("step"), row.get("checkpoint_step")
+        if step is None:
+            return None
+        if at_checkpoint:
+            last = f"its last checkpoint is step {ckpt}" if ckpt is not None else "it has no checkpoint yet"
+            return f"{job_id}: at step {step}, {last}; it stops once the next one is saved"
+        if ckpt is None:
+            return f"{job_id}: at step {step} with no checkpoint yet: a resume starts over ({step} step(s) redone)"
+        return f"{job_id}: at step {step}, last checkpoint step {ckpt}: {max(0, step - ckpt)} step(s) will be redone on resume"
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        return [line for line in pool.map(one, ids) if line]
 
 
 def _wait_terminal(d: "Dashboard", ids: Sequence[str], status: dict[str, str], wait: float) -> None:

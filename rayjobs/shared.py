@@ -59,6 +59,11 @@ STATUSES = ("PENDING", "QUEUED", "RUNNING", "SUCCEEDED", "FAILED", "STOPPED", "U
 #: jobs to queue (:func:`pack_jobs`), and what the job is for. Views leave these jobs out.
 ENQUEUE_KEY = "rayjobs_enqueue"
 ROLE_KEY = "rayjobs_role"
+#: Metadata key of a job the queue pre-started before admitting it (its runner holds until then):
+#: while the queue still lists the job as waiting, it is QUEUED whatever Ray says.
+STANDBY_KEY = "rayjobs_standby"
+#: The env var naming the file such a job's runner waits for (the queue writes it at admission).
+STANDBY_GO_ENV = "RAYJOBS_STANDBY_GO"
 
 
 def pack_jobs(jobs: list) -> str:

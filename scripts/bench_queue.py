@@ -42,6 +42,10 @@ from rayjobs.shared import parse_stamp  # noqa: E402
 
 ADMITTED = re.compile(r"\[rayjobs\] admitted after [\d.]+ s at (\S+ \S+ UTC)")
 RUNNING = re.compile(r"\[rayjobs\] admitted after [\d.]+ s at \S+ \S+ UTC, running from (\S+ \S+ UTC)")
+#: A job's step in the idle-gap part's second workload: long enough for the queue's pre-started
+#: next job to be ready (it is pre-started once the running trainer has its GPUs; Ray's job start
+#: takes ~3 s here), as it is for any job of minutes.
+LONG_STEP_S = 6.0
 FINISHED = re.compile(r"\[rayjobs\] attempt finished with exit code -?\d+ after [\d.]+ s at (\S+ \S+ UTC)")
 
 
@@ -159,14 +163,23 @@ class GpuSampler:
 
 
 def footprint(c: FakeGpuCluster) -> tuple[int, float]:
-    """(processes, MB of RSS) of every process of the cluster."""
-    kb, pids = 0, c.pids()
+    """(processes, MB of RSS) of every process of the cluster and its descendants (Ray's renamed
+    workers, job supervisors, drivers), less the ``sleep 1`` each job supervisor's liveness loop
+    starts every second."""
+    kb, pids = 0, [p for p in c.pids() if _cmdline(p) != b"sleep\x001\x00"]
     for p in pids:
         try:
             kb += int(Path(f"/proc/{p}/status").read_text().split("VmRSS:")[1].split()[0])
         except (OSError, IndexError, ValueError):
             continue
     return len(pids), kb / 1024
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
 
 
 def settled(c: FakeGpuCluster, wait_s: float = 8.0) -> tuple[int, float]:
@@ -186,7 +199,9 @@ def bench_backlog(root: Path, n: int) -> dict[str, Any]:
         wait_admitted(client, blocker)
         base = settled(c)
         timing: dict[str, float] = {}
-        submit_points(c, [whole + [f"trainer.total_epochs={k + 1}"] for k in range(n)], timing)
+        submit_points(c, [whole + ["trainer.total_epochs=1"]])  # the first waiting job: pre-started
+        out["ours_one"] = settled(c)
+        submit_points(c, [whole + [f"trainer.total_epochs={k + 2}"] for k in range(n - 1)], timing)
         out["ours_submit_s"] = timing["send_s"]
         out["ours"] = settled(c)
         out["ours_base"] = base
@@ -253,11 +268,15 @@ def bench_history(root: Path, n: int, ray_jobs: int) -> dict[str, Any]:
         c.stop()
 
 
-def bench_gap(root: Path, n: int) -> dict[str, Any]:
-    c = FakeGpuCluster(root / "gap", nodes=((2, 6),)).start()
+def bench_gap(root: Path, n: int, standby: bool = True, with_ray: bool = True, step_s: float = 1.0) -> dict[str, Any]:
+    """The idle gap of ``n`` jobs (one step of ``step_s`` each) queued behind a blocker;
+    ``standby``: the queue pre-starts the next job (its default) or starts each cold
+    (``RAYJOBS_QUEUE_STANDBY=0``)."""
+    c = FakeGpuCluster(root / f"gap{int(standby)}-{step_s:g}", nodes=((2, 6),),
+                       env={"RAYJOBS_QUEUE_STANDBY": "1" if standby else "0"}).start()
     try:
         client = c.client()
-        whole = ["trainer.nnodes=1", "trainer.n_gpus_per_node=2", "+fake.steps=1", "+fake.step_s=1"]
+        whole = ["trainer.nnodes=1", "trainer.n_gpus_per_node=2", "+fake.steps=1", f"+fake.step_s={step_s:g}"]
         blocker = submit_points(c, [whole[:-2] + ["+fake.steps=1", "+fake.hold_s=600"]])[0]
         wait_admitted(client, blocker)
         ids = submit_points(c, [whole + [f"trainer.total_epochs={k + 1}"] for k in range(n)])
@@ -279,6 +298,8 @@ def bench_gap(root: Path, n: int) -> dict[str, Any]:
             if nxt is not None:
                 react.append(nxt - freed)
         gpu_idle = [taken - freed for freed, taken in idle]
+        if not with_ray:
+            return {"ours": ours, "react": react, "gpu_idle": gpu_idle, "decide": decide, "start": start}
 
         # Ray's own mechanism: PENDING until entrypoint_num_gpus frees, on the same cluster
         ep = ("sh -c 'echo start $(date +%s.%N); python3 -c \"import time; time.sleep(1)\"; echo end $(date +%s.%N)'")
@@ -363,7 +384,7 @@ def main() -> None:
     ap.add_argument("--backlog", type=int, default=500, help="waiting jobs for the backlog cost (rayjobs vs Ray PENDING)")
     ap.add_argument("--history", type=int, default=2000, help="finished jobs in the queue's history for `rayjobs list`")
     ap.add_argument("--ray-jobs", type=int, default=200, help="finished jobs in Ray's own table for `ray job list`")
-    ap.add_argument("--only", choices=("gap", "util", "backlog", "history"), action="append",
+    ap.add_argument("--only", choices=("gap", "gap_cold", "gap_long", "util", "backlog", "history"), action="append",
                     help="run only these parts (the doc section is written once every part has a result)")
     ap.add_argument("--parts", default="/tmp/rayjobs-bench-queue-parts.json",
                     help="each part's result is kept here; --resume reuses those of an earlier run")
@@ -379,7 +400,9 @@ def main() -> None:
     from rayjobs.oncluster.queueactor import WAIT_POLL_S as WAIT_POLL  # noqa: N811
 
     load0 = os.getloadavg()[0]
-    parts = {"gap": lambda: bench_gap(root, a.jobs), "util": lambda: bench_util(root),
+    parts = {"gap": lambda: bench_gap(root, a.jobs), "gap_cold": lambda: bench_gap(root, a.jobs, False, False),
+             "gap_long": lambda: bench_gap(root, a.jobs, True, False, step_s=LONG_STEP_S),
+             "util": lambda: bench_util(root),
              "backlog": lambda: bench_backlog(root, a.backlog),
              "history": lambda: bench_history(root, a.history, a.ray_jobs)}
     got: dict[str, Any] = {}
@@ -397,14 +420,21 @@ def main() -> None:
     if set(parts) - set(got):
         print(json.dumps(got, indent=1, default=str))
         return
-    gap, util, back, hist = got["gap"], got["util"], got["backlog"], got["history"]
+    gap, cold, util, back, hist = got["gap"], got["gap_cold"], got["util"], got["backlog"], got["history"]
+    long = got["gap_long"]
 
-    grow = lambda k: (back[k][0] - back[k + "_base"][0], back[k][1] - back[k + "_base"][1])
-    ours_p, ours_mb = grow("ours")
-    ray_p, ray_mb = grow("ray")
-    med = {k: statistics.median(v) if v else float("nan") for k, v in gap.items()}
+    grow = lambda k, base: (back[k][0] - back[base][0], back[k][1] - back[base][1])
+    one_p, one_mb = grow("ours_one", "ours_base")  # the pre-started next job
+    rec_p, rec_mb = grow("ours", "ours_one")  # the other n - 1 records
+    ours_p, ours_mb = grow("ours", "ours_base")
+    ray_p, ray_mb = grow("ray", "ray_base")
+    cmed = {k: statistics.median(v) if v else float("nan") for k, v in cold.items()}
     fmt = lambda xs: ", ".join(f"{x:.2f}" for x in xs)
-    row = lambda name, k: f"| {name} | {med[k]:.2f} | {min(gap[k], default=float('nan')):.2f} | {max(gap[k], default=float('nan')):.2f} | {fmt(gap[k])} |"
+    line = lambda name, xs: (f"| {name} | {statistics.median(xs) if xs else float('nan'):.2f} | {min(xs, default=float('nan')):.2f} "
+                             f"| {max(xs, default=float('nan')):.2f} | {fmt(xs)} |")
+    row = lambda name, k: line(name, gap[k])
+    crow = lambda name, k: line(name, cold[k])
+    lrow = lambda name, k: line(name, long[k])
     u = util["gpu_s"] / (4 * util["makespan"])
     u_ideal = util["gpu_s"] / (4 * util["ideal"])
     md = f"""## Queue (issues 4, 15) — `scripts/bench_queue.py`
@@ -415,55 +445,79 @@ STRICT_PACK placement groups of {{GPU: 1, CPU: 3}}; {os.cpu_count()} cores share
 `--resume` keeps the figures of the run that measured it{'; ' + a.note if a.note else ''}).
 
 **Idle gap** between one job's end and the next queued job's start ({a.jobs} jobs needing the whole
-1-node cluster, queued behind a blocker, then released). "Process" gap: the next job's workload
+1-node cluster, queued behind a blocker, then released), with the queue's pre-started next job
+(its default) and with every job started cold (`RAYJOBS_QUEUE_STANDBY=0`), each on a fresh cluster
+in this run, and Ray's own PENDING jobs on the first. "Process" gap: the next job's workload
 starts minus the previous workload's process exit (for rayjobs: the next runner's own start, the
 "running from" time of its admission line, minus the previous "attempt finished" line; for Ray:
 the entrypoint's own `date` lines), the definition behind
 Ray's measured 1.2-1.5 s. A driver in the benchmark also sampled the free GPUs in Ray's view every
 5 ms: "reaction" is GPUs free -> next job admitted; "GPUs idle" is GPUs free -> GPUs taken again.
 
+Jobs of one 1-s step (the issue-4 workload):
+
 | mechanism | median s | min s | max s | all (s) |
 |---|---:|---:|---:|---|
-{row("rayjobs queue: process gap", "ours")}
+{row("rayjobs queue, next job pre-started: GPUs idle (free -> next trainer's placement groups)", "gpu_idle")}
+{row("rayjobs queue, next job pre-started: reaction (GPUs free -> admitted)", "react")}
+{row("rayjobs queue, next job pre-started: process gap", "ours")}
+{row("rayjobs queue, next job pre-started: admitted -> runner running", "start")}
+{crow("rayjobs queue, cold start: GPUs idle", "gpu_idle")}
+{crow("rayjobs queue, cold start: reaction", "react")}
+{crow("rayjobs queue, cold start: process gap", "ours")}
+{crow("rayjobs queue, cold start: admitted -> runner running (Ray's job start)", "start")}
 {row("Ray PENDING (`entrypoint_num_gpus=2`): process gap", "ray")}
-{row("rayjobs queue: decision (trainer exit -> next admitted)", "decide")}
-{row("rayjobs queue: Ray's job start (admitted -> runner running)", "start")}
-{row("rayjobs queue: reaction (GPUs free -> admitted)", "react")}
-{row("rayjobs queue: GPUs idle (free -> next trainer's placement groups)", "gpu_idle")}
+
+Jobs of one {LONG_STEP_S:g}-s step (long enough for the pre-started job to be ready, as for any real job):
+
+| mechanism | median s | min s | max s | all (s) |
+|---|---:|---:|---:|---|
+{lrow("rayjobs queue, next job pre-started: GPUs idle", "gpu_idle")}
+{lrow("rayjobs queue, next job pre-started: reaction", "react")}
+{lrow("rayjobs queue, next job pre-started: process gap", "ours")}
+{lrow("rayjobs queue, next job pre-started: admitted -> runner running", "start")}
 
 Targets: next job admitted ≤ 0.1 s after the GPUs free ("reaction") and the idle gap not
-worse than before. The process gap is still shorter than Ray PENDING's in the same run, but
-"GPUs idle" is **worse than the previous design** (0.47 s median there, measured on a quieter
-machine): a waiting job no longer has a runner already started, so after admission Ray
-starts its supervisor, runtime env and runner ("Ray's job start" above) before the trainer can
-start up. That was the price of 5 processes and ~356 MB per waiting job; a warm start of just the
-queue's first job would win it back, at a constant ~350 MB (not done: it breaks the backlog budget).
-Negative "decision" values: the queue admits as soon as the trainer's placement groups are freed
-(its driver disconnects), before the old runner prints its last line. The issue-4 target was
-≤ 1.0 s median process gap. Ray frees a trainer's placement groups when its driver
-disconnects (`ray.shutdown` at exit), a moment before its process is gone; the queue sees the driver
-end (it polls every {WAIT_POLL:g} s while jobs wait) and, when no retry is left, admits the next job then:
-it submits it to Ray, which starts its supervisor and the runner ("Ray's job start": the same
-start a PENDING job makes once its resources free). "GPUs idle" for rayjobs is that start plus the next trainer's own start-up
-(Python, `ray.init`, verl's check) before it creates its placement groups. With Ray PENDING the
-raylet hands the freed GPUs straight to the next pending job's supervisor (they never show as free),
-and they stay unused until its entrypoint runs: its GPU idle time is its process gap, and verl
-could not use GPUs held as entrypoint resources anyway.
+worse than before (0.47 s median GPUs idle with the issue-4 design, where every waiting job was a
+live Ray job with its runner started: 5 processes and ~356 MB each). Now only the queue's first
+waiting job is pre-started (`rayjobs.oncluster.standby`): Ray starts its supervisor and runner
+while the GPUs are still busy, and the runner holds, polling a go file on the head's disk every
+10 ms; at admission the queue writes that file and the trainer starts at once, so what remains of
+"GPUs idle" is the reaction plus the trainer's own start-up (Python, `ray.init`, verl's check)
+before it creates its placement groups, {statistics.median(long['gpu_idle']):.1f} s here with jobs long enough for the
+pre-started one to be ready. Started cold, Ray's job start (its supervisor actor, the runtime env,
+the runner) comes first, {cmed['start']:.1f} s here. The queue pre-starts the next job only once the
+running trainer has its GPUs (its placement groups), so Ray's job start does not take CPU from
+the start-up the GPUs wait for; with the 1-s jobs of the first table that is sometimes too late
+(the "admitted -> runner running" row: the rest of Ray's job start). The issue-4 design's 0.47 s
+(measured on a quieter machine, load 0.1) is not reached here: what is left is the trainer's own
+start-up on 2 shared cores, which any design that starts the trainer at admission pays. The queue sees the driver end (it
+polls every {WAIT_POLL:g} s while jobs wait, every 20 ms for 3 s after a job ended) and admits
+the next job then; a negative process gap means the next runner started before the previous one
+printed its last line (Ray frees a trainer's placement groups when its driver disconnects, a
+moment before its process is gone). With Ray PENDING the raylet hands the freed GPUs straight to
+the next pending job's supervisor (they never show as free), and they stay unused until its
+entrypoint runs: its GPU idle time is its process gap, and verl could not use GPUs held as
+entrypoint resources anyway.
 
 **A backlog of {back['n']} waiting jobs** behind a job holding the whole 1-node cluster, side by side
-(each on a fresh cluster; the head's processes and their RSS once settled, before and after):
+(each on a fresh cluster; every process of the cluster and its descendants -- Ray's workers, job
+supervisors, drivers -- and their RSS once settled: idle, then with one job waiting, then with all):
 
 | waiting jobs | processes on the head | RSS on the head | per job | sending them took |
 |---|---:|---:|---:|---:|
-| rayjobs: {back['n']} records in the queue's store (one sweep) | {ours_p:+d} | {ours_mb:+.1f} MB | {ours_mb / back['n'] * 1024:.0f} KB | {back['ours_submit_s']:.1f} s |
+| rayjobs: the first waiting job, pre-started (one, whatever the backlog) | {one_p:+d} | {one_mb:+.1f} MB | | |
+| rayjobs: {back['n'] - 1} more waiting jobs, records in the queue's store (one sweep) | {rec_p:+d} | {rec_mb:+.1f} MB | {rec_mb / (back['n'] - 1) * 1024:.0f} KB | {back['ours_submit_s']:.1f} s |
+| rayjobs in all, {back['n']} waiting | {ours_p:+d} | {ours_mb:+.1f} MB | | |
 | Ray PENDING (`entrypoint_num_gpus=2`), {back['n']} jobs | {ray_p:+d} | {ray_mb:+.1f} MB | {ray_mb / back['n'] * 1024:.0f} KB | {back['ray_submit_s']:.1f} s |
 
 Target: < 50 MB in all and no process per job for 500 waiting jobs. A waiting rayjobs job is a
 JSON file on the storage root (its code once per content hash), and a line in the queue's status
-file; it reaches Ray only when it is admitted. (Before this design a waiting job kept its runner
-and Ray's job supervisor: 5 processes and ~356 MB each.) "Sending them took": rayjobs' send of
-the composed and checked sweep (its enqueue requests, each a small Ray job, until the queue shows
-every job) against {back['n']} `submit_job` calls of Ray's SDK in one loop.
+file; it reaches Ray only when it is admitted -- except the one pre-started next job, a constant
+that does not grow with the backlog (`RAYJOBS_QUEUE_STANDBY=0` on the head removes it, and with it
+the idle-gap gain above). "Sending them took": rayjobs' send of the composed and checked sweep
+(its enqueue requests, each a small Ray job, until the queue shows every job) against {back['n']}
+`submit_job` calls of Ray's SDK in one loop.
 
 **History**: `rayjobs list` over {hist['n']} finished jobs in the queue's history (records in the store,
 pruned from Ray's job table; {hist['shown']} rows shown), median of 5: **{statistics.median(hist['alone']):.2f} s**

@@ -32,9 +32,18 @@ def view(cluster: FakeGpuCluster) -> Any:
     return QueueView.read(cluster.dashboard())
 
 
+def _transient(pid: int) -> bool:
+    """Ray's job supervisor checks each job's driver with ``while kill -s 0 PID; do sleep 1; done``:
+    its ``sleep`` comes and goes every second, whatever the backlog (not a cost of a job)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes() == b"sleep\x001\x00"
+    except OSError:
+        return True
+
+
 def footprint(cluster: FakeGpuCluster) -> tuple[int, float]:
     """(processes, MB of RSS) of every process of the cluster."""
-    pids = cluster.pids()
+    pids = [p for p in cluster.pids() if not _transient(p)]
     kb = 0
     for p in pids:
         try:
@@ -49,6 +58,17 @@ def settled_footprint(cluster: FakeGpuCluster, seconds: float = 6.0) -> tuple[in
     """The footprint once short-lived processes (a request job, Ray's idle workers) have gone."""
     time.sleep(seconds)
     return min((footprint(cluster) for _ in range(3)), key=lambda f: f[0])
+
+
+def processes(cluster: FakeGpuCluster) -> dict[int, str]:
+    """What runs, for a failure's message."""
+    out = {}
+    for p in cluster.pids():
+        try:
+            out[p] = Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ")[:80].decode(errors="replace")
+        except OSError:
+            pass
+    return out
 
 
 @pytest.fixture
@@ -67,28 +87,81 @@ def submit(cluster: FakeGpuCluster, *args: str) -> list[str]:
     return r.stdout.split()
 
 
+def standby_in_ray(c: FakeGpuCluster) -> list[str]:
+    """The ids of the jobs the queue pre-started (tagged, not ended) that Ray lists."""
+    from rayjobs.shared import STANDBY_KEY
+
+    return [j.submission_id for j in c.client().list_jobs()
+            if (j.metadata or {}).get(STANDBY_KEY) and str(j.status).split(".")[-1] in ("PENDING", "RUNNING")]
+
+
 def test_200_waiting_jobs_cost_records_not_processes(one_node):
     c = one_node
     blocker = submit(c, "+exp=fake_ppo", *WHOLE, "+fake.hold_gpus=true", "+fake.steps=1", "+fake.hold_s=900")[0]
     wait_until(lambda: blocker in {j.submission_id for j in c.client().list_jobs()}, 60, "the blocker to start")
-    before = settled_footprint(c)
-    ids = submit(c, "-m", "+exp=fake_ppo", *WHOLE, "+fake.steps=1", "trainer.total_epochs=range(1,201)")
+    idle = settled_footprint(c)
+    # The first waiting job is pre-started (the queue's standby): one job's processes, whatever the backlog.
+    first = submit(c, "+exp=fake_ppo", *WHOLE, "+fake.steps=1", "trainer.total_epochs=1")
+    wait_until(lambda: standby_in_ray(c) == first, 60, "the first waiting job to be pre-started")
+    before, procs_before = settled_footprint(c), processes(c)
+    standby = (before[0] - idle[0], before[1] - idle[1])
+    assert standby[0] <= 8 and standby[1] < 300, f"the pre-started job costs {standby} (processes, MB)"
+    ids = first + submit(c, "-m", "+exp=fake_ppo", *WHOLE, "+fake.steps=1", "trainer.total_epochs=range(2,201)")
     assert len(ids) == 200 and len(set(ids)) == 200
     v = wait_until(lambda: (lambda x: x if len(x.waiting) == 200 else None)(view(c)), 60, "200 waiting jobs")
     assert [v.position(i) for i in ids] == list(range(1, 201))  # submission (sweep point) order
     after = settled_footprint(c)
     grew_procs, grew_mb = after[0] - before[0], after[1] - before[1]
-    assert grew_procs <= 0, f"{grew_procs} more processes for 200 waiting jobs (before {before}, after {after})"
-    assert grew_mb < 200 * MB_PER_WAITING_JOB, f"the head grew by {grew_mb:.1f} MB for 200 waiting jobs"
+    new = sorted(set(processes(c).values()) - set(procs_before.values()))
+    assert grew_procs <= 0, f"{grew_procs} more processes for 199 more waiting jobs ({before} -> {after}): {new}"
+    assert grew_mb < 200 * MB_PER_WAITING_JOB, f"the head grew by {grew_mb:.1f} MB for 199 more waiting jobs"
+    assert standby_in_ray(c) == first  # still one, the first
     in_ray = {j.submission_id for j in c.client().list_jobs()}
-    assert not set(ids) & in_ray  # nothing of them in Ray: a record each, on disk
+    assert not set(ids[1:]) & in_ray  # the others are nothing in Ray: a record each, on disk
     store = QueueStore(c.root / "storage" / "queue" / "default")
     assert all(store.get(i)["state"] == "waiting" for i in ids)
     # stop them all while queued: they never start
-    r = rayjobs_cli("stop", "--sweep", ids[0].rsplit("-", 1)[0], "--address", c.address, "--wait", "60", timeout=300)
+    r = rayjobs_cli("stop", "--sweep", ids[1].rsplit("-", 1)[0], *first, "--address", c.address, "--wait", "60", timeout=300)
     assert r.returncode == 0, r.stderr
     assert all(line.endswith(" STOPPED") for line in r.stdout.strip().splitlines()), r.stdout[-500:]
-    assert not set(ids) & {j.submission_id for j in c.client().list_jobs()}
+    for i in set(ids) & {j.submission_id for j in c.client().list_jobs()}:  # the pre-started one(s)
+        assert "[rayjobs] attempt" not in _log(c, i)  # never trained
+
+
+def cli_json(c: FakeGpuCluster, *args: str) -> Any:
+    where = [] if args[0] == "cluster" else ["--address", c.address]  # `cluster` takes the env's address
+    r = rayjobs_cli(*args, "--json", *where, env={"RAY_API_SERVER_ADDRESS": c.address}, timeout=120)
+    assert r.returncode == 0, (args, r.stdout[-500:], r.stderr[-1500:])
+    return json.loads(r.stdout)
+
+
+def test_the_next_waiting_job_is_pre_started_and_shows_queued_until_admitted(one_node):
+    c = one_node
+    blocker = submit(c, "+exp=fake_ppo", *WHOLE, "+fake.hold_gpus=true", "+fake.steps=1", "+fake.hold_s=900")[0]
+    ids = [submit(c, "+exp=fake_ppo", *WHOLE, "+fake.steps=2", "+fake.hold_gpus=true", f"trainer.total_epochs={k}")[0]
+           for k in (1, 2, 3)]
+    wait_until(lambda: standby_in_ray(c) == ids[:1], 90, "the first waiting job to be pre-started")
+    assert c.client().get_job_status(ids[0]) == "RUNNING"  # in Ray, held before its trainer
+    rows = {r["id"]: r for r in cli_json(c, "list")}
+    assert [(rows[i]["status"], rows[i]["queue_position"]) for i in ids] == [("QUEUED", 1), ("QUEUED", 2), ("QUEUED", 3)]
+    st = cli_json(c, "status", ids[0])
+    assert (st["status"], st["queue_position"]) == ("QUEUED", 1), st
+    jobs = cli_json(c, "cluster")["jobs"]
+    assert (jobs.get("QUEUED"), jobs.get("RUNNING")) == (3, 1), jobs  # the blocker runs; three wait
+    assert "[rayjobs] attempt" not in _log(c, ids[0])
+
+    # stopped while pre-started: it never trains, and the next one is pre-started instead
+    r = rayjobs_cli("stop", ids[0], "--address", c.address, "--wait", "60")
+    assert r.returncode == 0 and r.stdout.strip() == f"{ids[0]} STOPPED", (r.stdout, r.stderr)
+    wait_until(lambda: standby_in_ray(c) == ids[1:2], 90, "the next waiting job to be pre-started")
+    assert "[rayjobs] attempt" not in _log(c, ids[0])
+
+    rayjobs_cli("stop", blocker, "--address", c.address, "--wait", "0")
+    for i in ids[1:]:
+        assert wait_terminal(c.client(), i, timeout=180) == "SUCCEEDED", _log(c, i)[-1500:]
+        assert "[rayjobs] admitted after" in _log(c, i) and "attempt 1 of run" in _log(c, i)
+    assert _admitted(c, ids[1]) < _admitted(c, ids[2])
+    assert cli_json(c, "status", ids[0])["status"] == "STOPPED"
 
 
 def test_head_restart_keeps_the_queue_and_resumes_the_running_job(one_node):
@@ -205,7 +278,7 @@ def test_finished_jobs_outlive_rays_job_table(workdir):
         sid = submit(c, "+exp=fake_ppo", *WHOLE, "+fake.steps=3")[0]
         assert wait_terminal(c.client(), sid, timeout=120) == "SUCCEEDED"
         wait_until(lambda: sid not in {j.submission_id for j in c.client().list_jobs()}, 60, "Ray to forget the job")
-        rows = {r["id"]: r for r in json.loads(rayjobs_cli("list", "--json", "--address", c.address).stdout)}
+        rows = {r["id"]: r for r in cli_json(c, "list")}
         assert rows[sid]["status"] == "SUCCEEDED" and rows[sid]["step"] == 3 and rows[sid]["score"] > 0.8, rows.get(sid)
         st = rayjobs_cli("status", sid[:-1], "--json", "--address", c.address)
         assert st.returncode == 0 and json.loads(st.stdout)["status"] == "SUCCEEDED", st.stderr

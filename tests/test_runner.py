@@ -67,3 +67,29 @@ def test_trainer_waits_for_a_working_dir_being_unpacked(tmp_path: Path, monkeypa
     assert code == 0
     assert (job_dir / "started-here").read_text() == str(job_dir)
     assert "is gone; waiting" in capsys.readouterr().out
+
+
+def test_a_pre_started_runner_holds_until_the_go_file_and_drops_it(tmp_path: Path) -> None:
+    """The queue's pre-started job (rayjobs.oncluster.standby): its runner starts the trainer only
+    once the go file appears, reports the admission it carries, and gives up after its bound."""
+    import json
+    import subprocess
+    import time
+
+    go = tmp_path / "job.go"
+    assert runner.hold_for_admission(go, max_s=0.2) is None  # bounded: no file, no admission
+    env = dict(os.environ, RAYJOBS_STANDBY_GO=str(go),
+               RAY_JOB_CONFIG_JSON_ENV_VAR=json.dumps({"metadata": {"gpu_groups": "[]"}}))
+    p = subprocess.Popen([sys.executable, "-m", "rayjobs.oncluster.runner", "--", sys.executable, "-c",
+                          "import os; print('trainer env has go:', 'RAYJOBS_STANDBY_GO' in os.environ)"],
+                         env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    time.sleep(1.5)
+    assert p.poll() is None  # held: no trainer yet
+    tmp = tmp_path / ".job.go.tmp"
+    tmp.write_text(json.dumps({"admitted_at": "2026-12-01 10:00:00.000 UTC", "waited_s": "12.50"}))
+    tmp.rename(go)
+    out, _ = p.communicate(timeout=30)
+    assert p.returncode == 0, out
+    assert "[rayjobs] admitted after 12.50 s at 2026-12-01 10:00:00.000 UTC, running from" in out
+    assert "trainer env has go: False" in out  # the trainer does not inherit the hold
+    assert not go.exists()  # taken

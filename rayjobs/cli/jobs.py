@@ -105,7 +105,7 @@ def logs_cmd(job_id: str, lines: Optional[int], follow: bool, address: Optional[
 
 # --------------------------------------------------------------------------- status / list
 STATUS_FIELDS = ("status", "experiment", "sweep", "label", "overrides", "priority", "attempt", "queue_position",
-                 "gpus", "submitted_at", "start_time", "end_time", "step", "total_steps", "metrics", "wandb_url",
+                 "gpus", "submitted_at", "start_time", "end_time", "step", "total_steps", "checkpoint_step", "metrics", "wandb_url",
                  "run", "error", "message")
 
 
@@ -162,6 +162,8 @@ def list_cmd(sweep: Optional[str], statuses: tuple[str, ...], experiment: Option
 
 def _status_text(row: dict[str, Any]) -> str:
     """``rayjobs status`` for people: ``key: value`` lines, the empty ones left out."""
+    from rayjobs.views import jobrows
+
     lines = [f"id: {row['id']}"]
     for k in STATUS_FIELDS:
         v = row.get(k)
@@ -175,6 +177,8 @@ def _status_text(row: dict[str, Any]) -> str:
             v = f"{v}/{row['total_steps']}"
         elif k == "message":
             v = " ".join(str(v).split())[:300]
+        elif k == "attempt":
+            v = jobrows.attempt_text(row) or v
         elif k == "status" and row.get("cause"):
             v = f"{v} ({row['cause']})"
         lines.append(f"{k}: {v}")
@@ -244,7 +248,7 @@ def _cells(r: dict[str, Any], now: float) -> list[str]:
         age = ""
     step = "" if r.get("step") is None else (f"{r['step']}/{r['total_steps']}" if r.get("total_steps") else str(r["step"]))
     return [r["id"], r.get("sweep") or "", r.get("experiment") or "", r.get("label") or "", status,
-            str(r.get("attempt") or ""), str(r.get("gpus") or ""), age, step,
+            jobrows.attempt_text(r), str(r.get("gpus") or ""), age, step,
             "" if r.get("score") is None else fmt_num(r["score"])]
 
 
@@ -252,19 +256,32 @@ def _cells(r: dict[str, Any], now: float) -> list[str]:
 @main.command("stop")
 @click.argument("job_ids", nargs=-1)
 @click.option("--sweep", default=None, metavar="S", help="Stop every job of sweep S.")
+@click.option("--at-checkpoint", is_flag=True,
+              help="Let a running trainer reach its next checkpoint, then stop it (nothing to redo on resume).")
+@click.option("--timeout", "timeout_s", type=float, default=None, metavar="SECONDS",
+              help="With --at-checkpoint: stop anyway after this long without a new checkpoint [default: 3600].")
 @click.option("--wait", "wait_s", type=float, default=90.0, show_default=True, metavar="SECONDS",
               help="How long to wait for the jobs to end (the trainer gets the head's grace period to checkpoint).")
 @ADDRESS
-def stop_cmd(job_ids: tuple[str, ...], sweep: Optional[str], wait_s: float, address: Optional[str]) -> None:
+def stop_cmd(job_ids: tuple[str, ...], sweep: Optional[str], at_checkpoint: bool, timeout_s: Optional[float],
+             wait_s: float, address: Optional[str]) -> None:
     """Stop jobs (idempotent): SIGTERM, a grace period to checkpoint, then Ray's kill.
 
-    Prints "ID STATUS" per job on stdout; exit 0 once all are terminal (1 if some are still running).
+    Prints "ID STATUS" per job on stdout, and on stderr how many steps since its last checkpoint a
+    resume will redo; exit 0 once all are terminal (1 if some are still running). With
+    --at-checkpoint a running job stops right after its next checkpoint (exit 0 while it gets there).
     """
 
     def go() -> int:
         from rayjobs import api
+        from rayjobs.errors import ConfigError
 
-        status = api.stop_jobs(job_ids, sweep=sweep, wait=wait_s, address=address, say=_say)
+        if timeout_s is not None and not at_checkpoint:
+            raise ConfigError("--timeout only goes with --at-checkpoint (how long to wait for the next checkpoint)")
+        if timeout_s is not None and timeout_s <= 0:
+            raise ConfigError(f"--timeout {timeout_s:g}: give a number of seconds > 0")
+        status = api.stop_jobs(job_ids, sweep=sweep, wait=wait_s, address=address, say=_say,
+                               at_checkpoint=at_checkpoint, timeout=3600.0 if timeout_s is None else timeout_s)
         for i, st in status.items():
             click.echo(f"{i} {st}")
         pending = [i for i, st in status.items() if st not in TERMINAL]
@@ -272,7 +289,9 @@ def stop_cmd(job_ids: tuple[str, ...], sweep: Optional[str], wait_s: float, addr
             if status[i] == "PENDING":
                 _say(f"{i} has not started yet: Ray stops it as soon as it starts")
         late = sorted(i for i in pending if status[i] != "PENDING")
-        if late:
+        if late and at_checkpoint:
+            _say(f"stopping at their next checkpoint: {', '.join(late)} (rayjobs status shows when)")
+        elif late:
             _say(f"still stopping after {wait_s:.0f} s: {', '.join(late)} (check again with rayjobs status)")
             return 1
         return 0

@@ -101,6 +101,11 @@ def cancel(d: "Dashboard", ids: Sequence[str]) -> None:
     _request(d, "control", "python3 -m rayjobs.oncluster.control cancel " + " ".join(ids))
 
 
+def stop_at_checkpoint(d: "Dashboard", ids: Sequence[str], timeout: float) -> None:
+    """Ask each running job's runner to stop it once its next checkpoint is saved (at most ``timeout`` s)."""
+    _request(d, "control", f"python3 -m rayjobs.oncluster.control stop-at-checkpoint {float(timeout):g} " + " ".join(ids))
+
+
 def revive(d: "Dashboard") -> None:
     """Start the cluster's queue if it is not running (it reloads the backlog from its store)."""
     _request(d, "control", "python3 -m rayjobs.oncluster.control revive")

@@ -1,16 +1,19 @@
-"""``python3 -m rayjobs.oncluster.control (cancel ID... | revive)``: the laptop's requests to the queue.
+"""``python3 -m rayjobs.oncluster.control (cancel ID... | stop-at-checkpoint T ID... | revive)``: the laptop's requests to the queue.
 
 Like :mod:`rayjobs.oncluster.enqueue`, a tiny Ray job (the Jobs API is the laptop's only way in).
 ``cancel`` leaves a request in the store for each waiting job to stop (the queue drops it within a
-tick; it never starts); ``revive`` starts the queue if it is not running (after the head's Ray was
+tick; it never starts); ``stop-at-checkpoint`` leaves one in each running job's run dir, which its
+runner acts on (:mod:`rayjobs.oncluster.checkpointwatch`); ``revive`` starts the queue if it is not running (after the head's Ray was
 restarted by hand, say) -- the queue then reloads the backlog from the store.
 """
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Optional
 
+from rayjobs.oncluster.checkpointwatch import ask_stop
 from rayjobs.oncluster.enqueue import service_alive, start_service
 from rayjobs.oncluster.store import QueueStore
 
@@ -25,11 +28,30 @@ def main(argv: Optional[list[str]] = None) -> int:
         if not service_alive(store):
             start_service()
         return 0
+    if argv[:1] == ["stop-at-checkpoint"] and len(argv) > 2:
+        return stop_at_checkpoint(store, float(argv[1]), argv[2:])
     if argv == ["revive"]:  # asked because the laptop saw no queue in this Ray session: no shortcut
         start_service()
         return 0
-    print("usage: python3 -m rayjobs.oncluster.control (cancel ID... | revive)", file=sys.stderr)
+    print("usage: python3 -m rayjobs.oncluster.control (cancel ID... | stop-at-checkpoint TIMEOUT_S ID... | revive)",
+          file=sys.stderr)
     return 2
+
+
+def stop_at_checkpoint(store: QueueStore, timeout_s: float, ids: list[str]) -> int:
+    """Leave each job's runner the request (in its run dir, from the job's record in the store)."""
+    missing = []
+    for job_id in ids:
+        rec = store.get(job_id) or {}
+        run_dir = ((rec.get("spec") or {}).get("metadata") or {}).get("run_dir")
+        if run_dir:
+            ask_stop(Path(run_dir), job_id, timeout_s)
+        else:
+            missing.append(job_id)
+    if missing:
+        raise SystemExit(f"the queue has no record with a run dir of {', '.join(missing)}: stop it without --at-checkpoint")
+    print(f"[rayjobs] asked {len(ids)} job(s) to stop at their next checkpoint (at most {timeout_s:g} s)", flush=True)
+    return 0
 
 
 if __name__ == "__main__":

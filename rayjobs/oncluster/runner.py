@@ -10,6 +10,8 @@ gives each attempt what it must get right:
   checkpoint dir (verl's ``trainer.resume_mode=auto``);
 * signals: SIGTERM/SIGINT from ``ray job stop`` are passed to the trainer, which gets the
   head's stop grace period to save;
+* checkpoints (:mod:`rayjobs.oncluster.checkpointwatch`): each complete one is logged, and a
+  ``rayjobs stop --at-checkpoint`` request stops the job once the next one is saved;
 * the queue (:mod:`rayjobs.oncluster.queueactor`) submitted this Ray job once its GPUs were free;
   while it runs (retries included) the queue keeps its GPUs for it.
 """
@@ -25,7 +27,8 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from rayjobs.shared import stamp
+from rayjobs.oncluster.checkpointwatch import CheckpointWatch
+from rayjobs.shared import STANDBY_GO_ENV, stamp
 
 
 def job_metadata() -> dict[str, Any]:
@@ -78,7 +81,55 @@ def _wait_for_dir(path: str, timeout: float = UNPACK_WAIT_S) -> bool:
     return True
 
 
-def run_attempt(cmd: list[str], env: dict[str, str], cwd: Optional[str] = None) -> int:
+#: When this runner started: a stop-at-checkpoint request older than that was for an earlier job.
+STARTED_AT = time.time()
+
+
+_HEAD: list = []  #: the head's Jobs API client, made when a stop is first asked (its import takes ~1 s)
+
+
+def head_client() -> Any:
+    if not _HEAD:
+        from rayjobs.oncluster.headapi import head_dashboard
+
+        d = head_dashboard()
+        d.sdk  # noqa: B018 (builds Ray's SDK client now, not at the stop)
+        _HEAD.append(d)
+    return _HEAD[0]
+
+
+def stop_own_job(job_id: str) -> bool:
+    """Stop this job through Ray's Jobs API on the head (STOPPED, the head's grace period)."""
+    if not job_id:
+        return False
+    try:
+        head_client().stop(job_id)
+        return True
+    except Exception as e:  # noqa: BLE001
+        log(f"could not stop this job through Ray ({type(e).__name__}: {e}); stopping its trainer instead")
+        return False
+
+
+def watch_checkpoints(meta: dict[str, Any], proc: subprocess.Popen) -> CheckpointWatch:
+    """The attempt's checkpoint watch (:mod:`rayjobs.oncluster.checkpointwatch`), started."""
+    job_id = str(meta.get("job_submission_id") or "")
+
+    def stop(_reason: str) -> None:
+        if not stop_own_job(job_id):
+            proc.send_signal(signal.SIGTERM)
+
+    run_dir = Path(meta["run_dir"]) if meta.get("run_dir") else None
+    def ready() -> None:
+        try:
+            head_client()
+        except Exception:  # noqa: BLE001 (the stop says so, if it fails too)
+            pass
+
+    return CheckpointWatch(meta.get("checkpoint_dir"), run_dir, job_id, log, stop, STARTED_AT, ready).start()
+
+
+def run_attempt(cmd: list[str], env: dict[str, str], cwd: Optional[str] = None,
+                meta: Optional[dict[str, Any]] = None) -> int:
     """Run one attempt in ``cwd`` (a path) and return its exit code.
 
     The trainer starts in the working dir named by path, not in the directory this process
@@ -99,6 +150,7 @@ def run_attempt(cmd: list[str], env: dict[str, str], cwd: Optional[str] = None) 
     if cwd is not None and not _same_dir(cwd, "."):
         log(f"the job's working dir {cwd} was unpacked again while this job waited; the trainer starts in the new one")
     proc = subprocess.Popen(cmd, env=env, cwd=cwd)
+    watch = watch_checkpoints(meta, proc) if meta is not None else None
 
     def forward(signum: int, _frame: Any) -> None:
         try:
@@ -110,6 +162,8 @@ def run_attempt(cmd: list[str], env: dict[str, str], cwd: Optional[str] = None) 
     try:
         return proc.wait()
     finally:
+        if watch is not None:
+            watch.close()
         for s, h in old.items():
             signal.signal(s, h)
 
@@ -122,15 +176,48 @@ def main(argv: Optional[list[str]] = None) -> int:
         print("usage: python3 -m rayjobs.oncluster.runner -- COMMAND [ARGS...]", file=sys.stderr)
         return 2
     meta = job_metadata()
+    go = os.environ.pop(STANDBY_GO_ENV, None)
     base_env = dict(os.environ)  # the trainer's environment: as Ray gave it
-    # The queue (rayjobs.oncluster.queueactor) submitted this job only once its GPUs were free:
-    # nothing to wait for here, only to say when that was.
+    # The queue (rayjobs.oncluster.queueactor) submits a job once its GPUs are free, or pre-starts
+    # the next one (rayjobs.oncluster.standby), which holds here until the queue admits it.
+    if go:
+        admission = hold_for_admission(Path(go))
+        if admission is None:
+            log(f"not admitted within {STANDBY_MAX_S:g} s of being pre-started; the queue starts it again when it fits")
+            return STANDBY_EXPIRED
+        meta.update(admission)
     if meta.get("admitted_at"):
         note = f" ({meta['admission_note']})" if meta.get("admission_note") else ""
         # two times: the queue's decision, and this runner's own start (Ray's job start in between)
         log(f"admitted after {meta.get('waited_s', '?')} s at {meta['admitted_at']}, running from {stamp()}: "
             f"{describe_demand(meta)}{note}")
     return run_attempts(argv, meta, base_env, start_dir())
+
+
+#: A pre-started runner gives up after this long (the queue then starts the job cold at admission).
+STANDBY_MAX_S = float(os.environ.get("RAYJOBS_STANDBY_MAX_S", 7 * 86400))
+STANDBY_EXPIRED = 75  #: its exit code then (EX_TEMPFAIL)
+GO_POLL_S = 0.01
+
+
+def hold_for_admission(go: Path, max_s: float = STANDBY_MAX_S) -> Optional[dict[str, Any]]:
+    """Wait (bounded by ``max_s``) for the queue's go file; the admission it carries, or None.
+
+    A ``stat`` every 10 ms on the head's local disk: nothing heavier runs while the job waits
+    (no Ray import, no connection), and the trainer starts within ~10 ms of the admission.
+    """
+    deadline, path = time.monotonic() + max_s, str(go)
+    while time.monotonic() < deadline:
+        if not os.path.exists(path):  # the cheapest check (~2% of a core at 10 ms with pathlib's read)
+            time.sleep(GO_POLL_S)
+            continue
+        try:
+            admission = json.loads(go.read_text() or "{}")
+        except ValueError:  # not possible with its atomic write; read as "admitted, no details"
+            admission = {}
+        go.unlink(missing_ok=True)
+        return {k: str(v) for k, v in admission.items()}
+    return None
 
 
 def describe_demand(meta: dict[str, Any]) -> str:
@@ -160,14 +247,15 @@ def run_attempts(argv: list[str], meta: dict[str, Any], base_env: dict[str, str]
             # Claimed now, so an attempt that dies before verl's logger starts still counts.
             Path(env["VERL_FILE_LOGGER_PATH"]).touch()
             env["RAYJOBS_ATTEMPT"] = str(attempt)
-            log(f"attempt {attempt} of run {meta.get('run', '?')} (metrics: {env['VERL_FILE_LOGGER_PATH']})")
+            log(f"attempt {attempt} of run {meta.get('run', '?')} (try {i + 1}/{retries + 1} of this job; "
+                f"metrics: {env['VERL_FILE_LOGGER_PATH']})")
         started = time.monotonic()
         cmd = list(argv)
         if run_dir is not None and meta.get("kind") == "verl":
             # verl's file logger runs in its TaskRunner actor, whose environment comes from the
             # runtime_env verl passes to ray.init, not from this driver's: hand the path over there.
             cmd.append(f"++ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH='{env['VERL_FILE_LOGGER_PATH']}'")
-        code = run_attempt(cmd, env, workdir)
+        code = run_attempt(cmd, env, workdir, meta)
         log(f"attempt finished with exit code {code} after {time.monotonic() - started:.1f} s at {stamp()}")
         if code == 0 or code < 0 or i == retries:
             break  # success, killed by a signal (stop), or out of retries

@@ -38,6 +38,8 @@ def view(d: Optional["Dashboard"] = None) -> dict[str, Any]:
     counts: dict[str, int] = {}
     in_ray = set()
     for j in d.list_jobs():
+        if j.get("submission_id") in view.waiting:  # the queue's pre-started job: QUEUED below
+            continue
         in_ray.add(j.get("submission_id"))
         counts[status_of(j)] = counts.get(status_of(j), 0) + 1
     for sid, h in view.history.items():  # finished jobs Ray has pruned still count

@@ -95,6 +95,7 @@ def base_row(job: Any, over: Optional[dict[str, Any]] = None) -> dict[str, Any]:
         "overrides": json_list(m.get("overrides")),
         "priority": priority,
         "attempt": 0 if status == "PENDING" or over.get("status") in ("QUEUED", "PENDING") else None,
+        "max_attempts": max_attempts(m),
         "submitted_at": sub,
         "queue_position": over.get("queue_position"),
         "sweep_overrides": json_list(m.get("sweep_overrides")),
@@ -108,10 +109,27 @@ def base_row(job: Any, over: Optional[dict[str, Any]] = None) -> dict[str, Any]:
         "error": None,
         "step": None,
         "total_steps": None,
+        "checkpoint_step": None,  #: the last complete checkpoint (a resume starts from it)
         "score": None,
         "metrics": {},
         "wandb_url": None,
     }
+
+
+def max_attempts(m: dict[str, Any]) -> int:
+    """1 + ``rayjobs.max_retries`` (as submitted; the queue lowers it for a run lost with the head)."""
+    try:
+        return 1 + max(0, int(m.get("max_retries") or 0)) + max(0, int(m.get("lost_runs") or 0))
+    except ValueError:
+        return 1
+
+
+def attempt_text(row: dict[str, Any]) -> str:
+    """``2/3`` (attempt k of at most N), ``2`` without retries, empty before the first attempt."""
+    k, n = row.get("attempt"), row.get("max_attempts") or 1
+    if not k:
+        return ""
+    return f"{k}/{n}" if n > 1 else str(k)
 
 
 def short_message(message: Any) -> Optional[str]:
@@ -155,6 +173,7 @@ def add_progress(row: dict[str, Any], job: Any, dash: Optional["Dashboard"], lin
     if row["attempt"] is None:
         row["attempt"] = p.attempt or (1 if node else 0)
     row["step"], row["total_steps"], row["wandb_url"] = p.step, p.total, p.wandb_url
+    row["checkpoint_step"] = p.checkpoint
     row["metrics"] = p.summary()["metrics"]
     row["score"] = p.last.get("critic/score/mean")
     return row

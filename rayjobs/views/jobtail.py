@@ -14,7 +14,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, Optional
 
-from rayjobs.shared import TERMINAL
+from rayjobs.shared import STANDBY_KEY, TERMINAL
 
 if TYPE_CHECKING:
     from rayjobs.client.dashboard import Dashboard
@@ -166,8 +166,12 @@ def wait_until_in_ray(d: "Dashboard", job_id: str, every: float = 0.5) -> Option
     shown, missing_since = None, None
     while True:
         try:
+            meta = d.job(job_id).get("metadata") or {}
+            if meta.get(STANDBY_KEY):  # pre-started by the queue: held until the queue admits it
+                if job_id not in QueueView.read(d, revive=False, history=False).waiting:
+                    return None
             # no metadata: perhaps the entry Ray writes back for a job pruned too soon (the history knows)
-            if d.job(job_id).get("metadata") or job_id not in QueueView.read(d, revive=False).history:
+            elif meta or job_id not in QueueView.read(d, revive=False).history:
                 return None
         except JobNotFound:
             pass

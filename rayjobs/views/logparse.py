@@ -27,6 +27,8 @@ STEP = re.compile(r"(?:^|\s)step:(?P<step>\d+) - (?P<rest>.*)$")
 TOTAL = re.compile(r"Total training steps: (?P<total>\d+)")
 WANDB = re.compile(r"https?://(?:[\w.-]*\.)?wandb\.ai/\S+/runs/[\w-]+")
 ATTEMPT = re.compile(r"^\[rayjobs\] attempt (?P<n>\d+)\b")
+#: The runner's lines on verl's checkpoints (rayjobs.oncluster.checkpointwatch): complete ones only.
+CHECKPOINT = re.compile(r"^\[rayjobs\] (?:checkpoint saved|last checkpoint): step (?P<step>\d+)\b")
 VALDICT = re.compile(r"(?P<which>Initial|Final) validation metrics: (?P<d>\{.*\})\s*$")
 NUMBER = re.compile(
     r"^(?:np\.\w+\(|numpy\.\w+\(|tensor\()?\s*"
@@ -166,6 +168,7 @@ class Progress:
     last: dict[str, float] = field(default_factory=dict)  #: metrics of the latest step line
     val: Optional[tuple[str, float, Optional[int]]] = None  #: latest val-core (key, value, step)
     resumed_from: Optional[str] = None
+    checkpoint: Optional[int] = None  #: step of the last complete checkpoint (the runner's lines)
     step_times: list[float] = field(default_factory=list)  #: recent timing_s/step values
     started_at: float = field(default_factory=time.monotonic)
     _first: Optional[tuple[int, float]] = None  #: (step, arrival time) of the first step seen
@@ -192,6 +195,10 @@ class Progress:
                 self.wandb_url = m.group(0)
                 return True
         if text.startswith("[rayjobs] admitted "):
+            return True
+        m = CHECKPOINT.match(text)
+        if m:
+            self.checkpoint = int(m.group("step"))
             return True
         if text.startswith("[rayjobs] attempt "):
             m = ATTEMPT.match(text)
@@ -238,7 +245,8 @@ class Progress:
 
     def summary(self) -> dict[str, Any]:
         """JSON-able snapshot (``rayjobs status``)."""
-        out: dict[str, Any] = {"step": self.step, "total_steps": self.total, "wandb_url": self.wandb_url}
+        out: dict[str, Any] = {"step": self.step, "total_steps": self.total, "wandb_url": self.wandb_url,
+                               "checkpoint_step": self.checkpoint}
         out["metrics"] = {k: v for _, k, v in headline(self.last)}
         if self.val:
             out["metrics"][self.val[0]] = self.val[1]

@@ -1,0 +1,125 @@
+"""What the runner watches while a trainer runs: verl's checkpoints, and a request to stop at the next one.
+
+verl saves ``<default_local_dir>/global_step_N/`` and then, last, writes N into
+``latest_checkpointed_iteration.txt``; so the tracker only ever names a complete checkpoint (a save
+cut off leaves the previous N, which is also what ``resume_mode=auto`` resumes from). The watch
+logs ``[rayjobs] checkpoint saved: step N`` each time the tracker changes -- the line ``rayjobs
+status`` and ``rayjobs stop`` read the last checkpoint from -- and acts on
+``<run_dir>/stop-at-checkpoint.json``, which ``rayjobs stop --at-checkpoint`` leaves through a
+control job: once the tracker moves past the step it named when the request was seen (or the
+request's timeout passes), the job is stopped through Ray (STOPPED, the head's grace period), so
+it is never cut off mid-save by it.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+TRACKER = "latest_checkpointed_iteration.txt"
+STOP_MARK = "stop-at-checkpoint.json"
+POLL_S = 1.0
+SAVED = "checkpoint saved: step {}"  #: the runner's log line (after "[rayjobs] "); views parse it
+LAST = "last checkpoint: step {}"
+
+
+def saved_step(checkpoint_dir: Optional[str]) -> Optional[int]:
+    """The step of the last complete checkpoint in ``checkpoint_dir`` (verl's tracker file), or None."""
+    if not checkpoint_dir:
+        return None
+    try:
+        return int((Path(checkpoint_dir) / TRACKER).read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def ask_stop(run_dir: Path, job_id: str, timeout_s: float) -> None:
+    """Leave the request (the control job calls this on the cluster): stop after the next checkpoint."""
+    from rayjobs.oncluster.store import write_atomic
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    body = {"job_id": job_id, "asked_at": time.time(), "timeout_s": float(timeout_s)}
+    write_atomic(run_dir / STOP_MARK, json.dumps(body).encode())
+
+
+class CheckpointWatch:
+    """A daemon thread for one attempt: logs new checkpoints, honours a stop-at-checkpoint request."""
+
+    def __init__(self, checkpoint_dir: Optional[str], run_dir: Optional[Path], job_id: str,
+                 log: Callable[[str], None], on_stop: Callable[[str], None], since: float,
+                 on_asked: Optional[Callable[[], None]] = None) -> None:
+        """``since``: when this job's runner started (a request made before it is stale);
+        ``on_asked``: called once a request is seen (to get the stop ready: imports, a client)."""
+        self.checkpoint_dir, self.run_dir, self.job_id = checkpoint_dir, run_dir, job_id
+        self.log, self.on_stop, self.on_asked = log, on_stop, on_asked
+        self.last = saved_step(checkpoint_dir)
+        self.asked: Optional[tuple[float, Optional[int], float]] = None  #: (deadline, step then, timeout)
+        self.fired = False
+        self.since = since
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rayjobs-checkpoints", daemon=True)
+
+    def start(self) -> "CheckpointWatch":
+        if self.last is not None:
+            self.log(LAST.format(self.last))
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._done.set()
+
+    def _run(self) -> None:
+        # once a stop is asked, look 5x as often: the steps run past the save are redone on resume
+        while not self._done.wait(POLL_S if self.asked is None else POLL_S / 5):
+            step = saved_step(self.checkpoint_dir)
+            if step is not None and step != self.last:
+                self.last = step
+                self.log(SAVED.format(step))
+            try:
+                self._check_request(step)
+            except Exception as e:  # noqa: BLE001 (never let a watch take the runner down)
+                self.log(f"stop at checkpoint: {type(e).__name__}: {e}")
+
+    def _request(self) -> Optional[dict[str, Any]]:
+        """The request for this job made since its runner started (an older one is dropped)."""
+        if self.run_dir is None:
+            return None
+        mark = self.run_dir / STOP_MARK
+        try:
+            req = json.loads(mark.read_text())
+        except (OSError, ValueError):
+            return None
+        if req.get("job_id") != self.job_id or float(req.get("asked_at") or 0) < self.since - 5:
+            mark.unlink(missing_ok=True)  # left from an earlier job of this run (a resume's)
+            return None
+        return req
+
+    def _check_request(self, step: Optional[int]) -> None:
+        if self.fired:
+            return
+        if self.asked is None:
+            req = self._request()
+            if req is None:
+                return
+            timeout = float(req.get("timeout_s") or 3600)
+            self.asked = (time.monotonic() + timeout, step, timeout)
+            since = f"the last one is step {step}" if step is not None else "none yet"
+            self.log(f"stop at checkpoint asked: stopping once the next checkpoint is saved ({since}; at most {timeout:g} s)")
+            if self.on_asked is not None:
+                self.on_asked()
+            return
+        deadline, then, timeout = self.asked
+        if step is not None and (then is None or step > then):
+            self._fire(f"checkpoint step {step} saved")
+        elif time.monotonic() >= deadline:
+            self._fire(f"no new checkpoint within {timeout:g} s; the steps since {'step ' + str(then) if then is not None else 'the start'} will be redone")
+
+    def _fire(self, reason: str) -> None:
+        self.fired = True
+        if self.run_dir is not None:
+            (self.run_dir / STOP_MARK).unlink(missing_ok=True)
+        self.log(f"stopping at checkpoint: {reason}")
+        self.on_stop(reason)

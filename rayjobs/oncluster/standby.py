@@ -1,0 +1,157 @@
+"""The queue's one pre-started job: the next waiting job already in Ray, its runner held before the trainer.
+
+Ray needs 2-4 s to start a job (its supervisor actor, the runtime env, the runner) and the GPUs
+stay idle meanwhile. So while jobs wait, the queue submits the first of them to Ray ahead of time
+with ``$RAYJOBS_STANDBY_GO`` set (:data:`rayjobs.shared.STANDBY_GO_ENV`): its runner
+(:mod:`rayjobs.oncluster.runner`) starts, then waits for that file, which the queue writes when it
+admits the job (the trainer starts within ~10 ms).
+One job at a time, whatever the backlog: a constant ~165 MB and 4 processes on the head (Ray's job
+supervisor and the waiting runner), never one per waiting job. ``RAYJOBS_QUEUE_STANDBY=0`` on the
+head turns it off (every admission then starts its Ray job cold).
+
+The pre-started job keeps the user's id (Ray's table shows it RUNNING): views treat a job tagged
+:data:`rayjobs.shared.STANDBY_KEY` as QUEUED as long as the queue lists it as waiting. Only a job
+whose supervisor Ray places on the head is pre-started (no entrypoint resources): the go file is on
+the head's local disk, next to the queue.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from rayjobs.oncluster.jobrecord import submit_kwargs
+from rayjobs.shared import STANDBY_GO_ENV, STANDBY_KEY, TERMINAL
+
+SWITCH_ENV = "RAYJOBS_QUEUE_STANDBY"  #: head-side: "0"/"off" starts every admitted job cold
+#: Keys of the admission the runner reports (from the record at admission, through the go file).
+ADMISSION_KEYS = ("admitted_at", "waited_s", "admission_note")
+_RESOURCE_KEYS = ("entrypoint_num_cpus", "entrypoint_num_gpus", "entrypoint_memory", "entrypoint_resources")
+
+
+def enabled() -> bool:
+    return os.environ.get(SWITCH_ENV, "1").strip().lower() not in ("0", "off", "false", "no")
+
+
+def go_dir() -> Path:
+    """Where the go files live: the head's local temp dir (the queue and the held runner share it)."""
+    return Path(tempfile.gettempdir()) / f"rayjobs-standby-{os.getuid()}"
+
+
+def eligible(rec: dict[str, Any]) -> bool:
+    """Can this job be pre-started: Ray places its supervisor on the head (no entrypoint resources)."""
+    spec = rec.get("spec") or {}
+    return not any(spec.get(k) for k in _RESOURCE_KEYS)
+
+
+def standby_kwargs(rec: dict[str, Any], code_dir: Path, go: Path) -> dict[str, Any]:
+    """``submit_job`` arguments of ``rec`` pre-started: tagged, and its runner told to hold for ``go``."""
+    kw = submit_kwargs({k: v for k, v in rec.items() if k not in ("admitted_at", "note")}, code_dir)
+    env = dict((kw["runtime_env"] or {}).get("env_vars") or {}, **{STANDBY_GO_ENV: str(go)})
+    kw["runtime_env"] = dict(kw["runtime_env"], env_vars=env)
+    kw["metadata"] = dict(kw["metadata"], **{STANDBY_KEY: "1"})
+    return kw
+
+
+class Standby:
+    """At most one pre-started job, for the queue actor (its calls run in the actor's pool)."""
+
+    def __init__(self, dashboard: Any, pool: ThreadPoolExecutor, code_dir: Callable[[str], Path],
+                 cold_submit: Callable[[dict[str, Any]], tuple[str, str]]) -> None:
+        self.d, self.pool, self.code_dir, self.cold_submit = dashboard, pool, code_dir, cold_submit
+        self.sid: Optional[str] = None
+        self.submitted: Optional[Future] = None  #: resolves to True once Ray has the job
+        self.dir = go_dir()
+
+    def go_path(self, sid: str) -> Path:
+        return self.dir / f"{sid}.go"
+
+    def offer(self, rec: dict[str, Any]) -> bool:
+        """Pre-start ``rec``'s job unless one is pre-started already (or the switch is off)."""
+        if self.sid is not None or not enabled() or not eligible(rec):
+            return False
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.go_path(rec["id"]).unlink(missing_ok=True)
+        self.sid = rec["id"]
+        self.submitted = self.pool.submit(self._submit, rec)
+        return True
+
+    def _submit(self, rec: dict[str, Any]) -> bool:
+        try:
+            self.d.submit(standby_kwargs(rec, self.code_dir(rec["code"]), self.go_path(rec["id"])))
+            return True
+        except Exception:  # noqa: BLE001 (the job is then started cold at admission)
+            return False
+
+    def take(self, rec: dict[str, Any]) -> Optional[Future]:
+        """If ``rec``'s job is the pre-started one, let it go: a future of ("ok" | "error", message)
+        as the cold submit gives; else None (the caller submits it)."""
+        if rec["id"] != self.sid or self.submitted is None:
+            return None
+        submitted, self.sid, self.submitted = self.submitted, None, None
+        return self.pool.submit(self._go, rec, submitted)
+
+    def _go(self, rec: dict[str, Any], submitted: Future) -> tuple[str, str]:
+        ok = bool(submitted.result())
+        if ok and self._status(rec["id"]) in ("PENDING", "RUNNING"):
+            from rayjobs.oncluster.store import write_atomic
+
+            meta = submit_kwargs(rec, self.code_dir(rec["code"]))["metadata"]
+            write_atomic(self.go_path(rec["id"]), json.dumps({k: meta[k] for k in ADMISSION_KEYS if k in meta}).encode())
+            return "ok", ""
+        self._forget(rec["id"])  # its runner gave up or Ray refused it: start it the usual way
+        return self.cold_submit(rec)
+
+    def cancel(self, sid: str) -> None:
+        """The pre-started job was stopped while waiting: stop its Ray job too (it never trains)."""
+        if sid != self.sid or self.submitted is None:
+            return
+        submitted, self.sid, self.submitted = self.submitted, None, None
+        self.pool.submit(lambda: submitted.result() and self.d.stop(sid))
+
+    def adopt(self, waiting: dict[str, Any]) -> None:
+        """After the queue restarted (Ray did not): take over a pre-started job still held in Ray;
+        stop any other (its record is no longer the one to pre-start)."""
+        try:
+            jobs = [j for j in self.d.list_jobs() if (j.get("metadata") or {}).get(STANDBY_KEY)]
+        except Exception:  # noqa: BLE001
+            return
+        for j in jobs:
+            sid, status = j.get("submission_id"), str(j.get("status"))
+            if status in TERMINAL or sid not in waiting:
+                continue
+            if self.sid is None:
+                self.sid, self.submitted = sid, Future()
+                self.submitted.set_result(True)
+            else:
+                self.pool.submit(self.d.stop, sid)
+
+    def _status(self, sid: str) -> str:
+        try:
+            return str(self.d.info(sid).status).split(".")[-1]
+        except Exception:  # noqa: BLE001
+            return "?"
+
+    def _forget(self, sid: str, timeout: float = 30.0) -> None:
+        """Stop and delete what Ray has of ``sid``, so the id can be submitted again (bounded)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            status = self._status(sid)
+            if status == "?":
+                return  # Ray does not know it (or does not answer: the cold submit will say)
+            if status in TERMINAL:
+                try:
+                    self.d.sdk.delete_job(sid)
+                except Exception:  # noqa: BLE001
+                    pass
+                return
+            try:
+                self.d.stop(sid)
+            except Exception:  # noqa: BLE001
+                pass
+            time.sleep(0.2)

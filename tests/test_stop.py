@@ -1,0 +1,156 @@
+"""Stop without losing steps (issue 16), on a real Ray cluster with fake GPUs: `rayjobs stop` says
+how many steps since the last checkpoint a resume redoes; `rayjobs stop --at-checkpoint` lets the
+trainer save its next checkpoint and then stops it (bounded by --timeout); bad input is refused
+with one line before anything is stopped. The checkpoint watch of the runner on its own, too."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import rayjobs_cli, rayjobs_submit, wait_terminal, wait_until
+from test_queue_cluster import FakeGpuCluster
+
+from rayjobs.oncluster import checkpointwatch
+
+ONE = ("+exp=fake_ppo", "trainer.nnodes=1", "trainer.n_gpus_per_node=1", "+fake.hold_gpus=true")
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Any:
+    root = Path(tempfile.mkdtemp(prefix="rjs", dir="/tmp"))
+    c = FakeGpuCluster(root, nodes=((2, 6),)).start()
+    yield c
+    c.stop()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def submit(c: FakeGpuCluster, *args: str) -> str:
+    r = rayjobs_submit(*ONE, *args, f"rayjobs.address={c.address}", timeout=300)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.split()[0]
+
+
+def log(c: FakeGpuCluster, sid: str) -> str:
+    try:
+        return c.client().get_job_logs(sid)
+    except Exception:
+        return ""
+
+
+def steps(text: str) -> list[int]:
+    return [int(m) for m in re.findall(r"step:(\d+) - ", text)]
+
+
+def saved(text: str) -> list[int]:
+    return [int(m) for m in re.findall(r"\[rayjobs\] checkpoint saved: step (\d+)", text)]
+
+
+def stop(c: FakeGpuCluster, *args: str) -> Any:
+    return rayjobs_cli("stop", *args, "--address", c.address, timeout=300)
+
+
+def test_stop_says_how_many_steps_a_resume_redoes(cluster, workdir):
+    sid = submit(cluster, "trainer.save_freq=4", "+fake.steps=400", "+fake.step_s=0.4")
+    wait_until(lambda: saved(log(cluster, sid)) and max(steps(log(cluster, sid)), default=0) >= 6, 120,
+               "a checkpoint and a few steps past it")
+    r = stop(cluster, sid)
+    assert r.returncode == 0 and r.stdout.strip() == f"{sid} STOPPED", (r.stdout, r.stderr)
+    m = re.search(rf"{sid}: at step (\d+), last checkpoint step (\d+): (\d+) step\(s\) will be redone on resume", r.stderr)
+    assert m, r.stderr
+    at, ckpt, redo = map(int, m.groups())
+    assert ckpt % 4 == 0 and ckpt in saved(log(cluster, sid)) and redo == at - ckpt and 0 <= redo <= 6, m.group(0)
+
+
+def test_stop_at_checkpoint_stops_right_after_the_next_save(cluster, workdir):
+    sid = submit(cluster, "trainer.save_freq=5", "+fake.steps=400", "+fake.step_s=1")
+    wait_until(lambda: saved(log(cluster, sid)), 120, "a first checkpoint")
+    before = max(saved(log(cluster, sid)))
+    r = stop(cluster, sid, "--at-checkpoint", "--wait", "60")
+    assert r.returncode == 0 and r.stdout.strip() == f"{sid} STOPPED", (r.stdout, r.stderr)
+    assert "stops once the next one is saved" in r.stderr, r.stderr
+    text = log(cluster, sid)
+    assert "[rayjobs] stop at checkpoint asked" in text, text[-2000:]
+    m = re.search(r"\[rayjobs\] stopping at checkpoint: checkpoint step (\d+) saved", text)
+    assert m, text[-2000:]
+    at = int(m.group(1))
+    assert at > before and at % 5 == 0
+    # it stopped right after that save: at most the step under way when the runner saw the save
+    assert max(steps(text)) <= at + 1, (at, max(steps(text)))
+    ckpt_dir = next(ln.split(": ", 1)[1] for ln in text.splitlines() if "local_global_step_folder: " in ln)
+    assert checkpointwatch.saved_step(str(Path(ckpt_dir).parent)) == at
+
+
+def test_stop_at_checkpoint_gives_up_after_its_timeout(cluster, workdir):
+    sid = submit(cluster, "trainer.save_freq=1000", "+fake.steps=400", "+fake.step_s=0.4")
+    wait_until(lambda: steps(log(cluster, sid)), 120, "the first steps")
+    t = time.monotonic()
+    r = stop(cluster, sid, "--at-checkpoint", "--timeout", "4", "--wait", "60")
+    assert r.returncode == 0 and r.stdout.strip() == f"{sid} STOPPED", (r.stdout, r.stderr)
+    assert time.monotonic() - t >= 4
+    assert "no new checkpoint within 4 s; the steps since the start will be redone" in log(cluster, sid)
+
+
+def test_stop_refuses_bad_input_with_one_line_and_stops_nothing(cluster, workdir):
+    sid = submit(cluster, "trainer.save_freq=-1", "+fake.steps=400", "+fake.step_s=0.4")
+    wait_until(lambda: steps(log(cluster, sid)), 120, "the first steps")
+    for args, says in [((sid, "--timeout", "5"), "--timeout only goes with --at-checkpoint"),
+                       ((sid, "--at-checkpoint", "--timeout", "0"), "--timeout 0: give a number of seconds > 0"),
+                       ((sid, "--at-checkpoint"), f"{sid} saves no checkpoints (trainer.save_freq=-1)")]:
+        r = stop(cluster, *args)
+        assert r.returncode == 2 and says in r.stderr and len(r.stderr.strip().splitlines()) == 1, (args, r.stderr)
+        assert not r.stdout
+    plain = cluster.client().submit_job(entrypoint="python3 -c 'import time; time.sleep(300)'")
+    wait_until(lambda: str(cluster.client().get_job_status(plain)) == "RUNNING", 60, "a plain Ray job to run")
+    r = stop(cluster, plain, "--at-checkpoint")
+    assert r.returncode == 2 and "has no checkpoint dir rayjobs knows" in r.stderr, r.stderr
+    assert str(cluster.client().get_job_status(sid)) == "RUNNING"  # nothing was stopped
+    assert str(cluster.client().get_job_status(plain)) == "RUNNING"
+    for i in (sid, plain):
+        stop(cluster, i)
+        assert wait_terminal(cluster.client(), i) == "STOPPED"
+
+
+# --------------------------------------------------------------------------- the watch on its own
+def test_the_watch_logs_complete_checkpoints_and_fires_after_the_next(tmp_path, monkeypatch):
+    monkeypatch.setattr(checkpointwatch, "POLL_S", 0.05)
+    ckpt, run = tmp_path / "ckpt", tmp_path / "run"
+    ckpt.mkdir()
+    (ckpt / checkpointwatch.TRACKER).write_text("10")
+    lines: list[str] = []
+    fired: list[str] = []
+    checkpointwatch.ask_stop(run, "job-1", 60)  # made before this runner started: stale, dropped
+    w = checkpointwatch.CheckpointWatch(str(ckpt), run, "job-1", lines.append, fired.append, since=time.time() + 10)
+    w.start()
+    time.sleep(0.3)
+    assert lines == ["last checkpoint: step 10"] and not fired and not (run / checkpointwatch.STOP_MARK).exists()
+    w.since = time.time() - 1
+    checkpointwatch.ask_stop(run, "job-2", 60)  # another job's request (same run dir): dropped
+    time.sleep(0.3)
+    assert not fired
+    checkpointwatch.ask_stop(run, "job-1", 60)
+    wait_until(lambda: any("stop at checkpoint asked" in ln for ln in lines), 5, "the request to be seen", every=0.05)
+    (ckpt / "global_step_20").mkdir()  # a save in progress: the tracker still says 10
+    time.sleep(0.3)
+    assert not fired
+    (ckpt / checkpointwatch.TRACKER).write_text("20")  # verl writes the tracker last
+    wait_until(lambda: fired, 5, "the stop", every=0.05)
+    w.close()
+    assert fired == ["checkpoint step 20 saved"] and "checkpoint saved: step 20" in lines
+    assert not (run / checkpointwatch.STOP_MARK).exists()
+
+
+def test_the_watch_fires_at_its_timeout_without_a_checkpoint(tmp_path, monkeypatch):
+    monkeypatch.setattr(checkpointwatch, "POLL_S", 0.05)
+    fired: list[str] = []
+    w = checkpointwatch.CheckpointWatch(str(tmp_path / "none"), tmp_path, "j", lambda _: None, fired.append,
+                                        since=time.time() - 1).start()
+    checkpointwatch.ask_stop(tmp_path, "j", 0.3)
+    wait_until(lambda: fired, 5, "the stop at the timeout", every=0.05)
+    w.close()
+    assert fired == ["no new checkpoint within 0.3 s; the steps since the start will be redone"]
