@@ -18,7 +18,8 @@ from typing import Any
 
 from rayjobs.shared import __version__
 
-_API = ("Job", "submit_experiment", "submit_sweep", "plan_experiment", "list_jobs", "stop_jobs", "plot_jobs")
+_API = ("Job", "submit_experiment", "submit_sweep", "plan_experiment", "list_jobs", "stop_jobs", "resume_job",
+        "plot_jobs")
 __all__ = [*_API, "JobSpec", "RayjobsError", "__version__"]
 
 

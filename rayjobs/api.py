@@ -370,6 +370,71 @@ def _wait_terminal(d: "Dashboard", ids: Sequence[str], status: dict[str, str], w
             time.sleep(0.5)
 
 
+def resume_job(job_id: str, *, address: Optional[str] = None, dashboard: Optional["Dashboard"] = None,
+               say: Any = None) -> Job:
+    """Continue a stopped or failed job from its last checkpoint: its exact submit request and code
+    snapshot (the queue's durable copy) queued again under a new id ``<id>-rN``, with the same run
+    name and checkpoint dir, so verl resumes (``resume_mode=auto``) and the attempt count goes on.
+
+    Returns:
+        The new job (waiting in the queue, or admitted).
+
+    Raises:
+        NoSuchJob: no job matches. ConfigError: the job has not ended, SUCCEEDED, is not a verl job
+            of rayjobs' or has no checkpoint to resume from.
+    """
+    from rayjobs.client import queuechannel
+    from rayjobs.views.queuestatus import QueueView
+
+    say = say or (lambda msg: None)
+    d = dashboard or _connect(address)
+    job = Job.find(job_id, dashboard=d)
+    row = job.row()
+    status, old = row["status"], job.job_id
+    if status == "SUCCEEDED":
+        raise ConfigError(f"{old} SUCCEEDED: nothing to resume (submit it again to train it again)")
+    if status not in ("STOPPED", "FAILED"):
+        raise ConfigError(f"{old} is {status}: only a stopped or failed job can be resumed (rayjobs stop {old} first)")
+    meta = _job_meta(d, old)
+    if not meta.get("checkpoint_dir"):
+        raise ConfigError(f"{old} is not a verl job submitted through rayjobs (no checkpoint dir): submit it again")
+    view = QueueView.read(d)
+    ckpt = (view.history.get(old) or {}).get("checkpoint_step", row.get("checkpoint_step"))
+    if ckpt is None:
+        raise ConfigError(f"{old} saved no checkpoint to resume from (trainer.save_freq): submit it again to start over")
+    taken = {i for i in view.ids() | {j.get("submission_id") for j in d.list_jobs()} if i}
+    new = next(f"{old}-r{k}" for k in range(1, 1000) if f"{old}-r{k}" not in taken)
+    queuechannel.resume(d, old, new)
+    _record_resume(d, old, new)
+    say(f"{new}: resumes run {meta.get('run', old)} of {old} from its checkpoint at step {ckpt}")
+    return Job(new, dashboard=d)
+
+
+def _job_meta(d: "Dashboard", job_id: str) -> dict[str, Any]:
+    """A job's rayjobs metadata, from Ray or else the queue's history."""
+    from rayjobs.errors import JobNotFound
+    from rayjobs.views import jobrows
+    from rayjobs.views.queuestatus import QueueView
+
+    try:
+        meta = jobrows.meta(d.info(job_id))
+    except JobNotFound:
+        meta = {}
+    return meta or dict((QueueView.read(d).history.get(job_id) or {}).get("metadata") or {})
+
+
+def _record_resume(d: "Dashboard", old: str, new: str) -> None:
+    """The resumed job in the local record: the old one's entry and config, under the new id."""
+    from rayjobs.submit import ledger
+
+    entry = ledger.find(old)
+    if entry is None:
+        return
+    cfg = ledger.run_dir(old) / "config.yaml"
+    ledger.record(dict(entry, id=new, resumed_from=old, address=d.target.address, cluster=d.target.key),
+                  config_yaml=cfg.read_text() if cfg.is_file() else None)
+
+
 def plot_jobs(job_ids: Sequence[str] = (), *, sweep: Optional[str] = None, metrics: Sequence[str] = (),
               val: bool = True, output: str = "curves.png", address: Optional[str] = None) -> dict[str, Any]:
     """Draw one PNG (a curve per job over steps, plus the val-core metrics); the plotted data."""

@@ -46,6 +46,9 @@ RUNNING = re.compile(r"\[rayjobs\] admitted after [\d.]+ s at \S+ \S+ UTC, runni
 #: next job to be ready (it is pre-started once the running trainer has its GPUs; Ray's job start
 #: takes ~3 s here), as it is for any job of minutes.
 LONG_STEP_S = 6.0
+#: GPUs idle (median, min, max) of the issue-4 design, tree fa3d638, its own bench_gap with 1-s jobs,
+#: on this machine on 2026-12-01 (that tree's runner cannot run under this one's: measured apart).
+OLD_DESIGN_GPU_IDLE = (1.46, 1.11, 1.80)
 FINISHED = re.compile(r"\[rayjobs\] attempt finished with exit code -?\d+ after [\d.]+ s at (\S+ \S+ UTC)")
 
 
@@ -489,9 +492,12 @@ pre-started one to be ready. Started cold, Ray's job start (its supervisor actor
 the runner) comes first, {cmed['start']:.1f} s here. The queue pre-starts the next job only once the
 running trainer has its GPUs (its placement groups), so Ray's job start does not take CPU from
 the start-up the GPUs wait for; with the 1-s jobs of the first table that is sometimes too late
-(the "admitted -> runner running" row: the rest of Ray's job start). The issue-4 design's 0.47 s
-(measured on a quieter machine, load 0.1) is not reached here: what is left is the trainer's own
-start-up on 2 shared cores, which any design that starts the trainer at admission pays. The queue sees the driver end (it
+(the "admitted -> runner running" row: the rest of Ray's job start). The issue-4 design (commit
+fa3d638, every waiting job pre-started), run with its own tree's `bench_gap` on this machine in
+the same session, 1-s jobs: GPUs idle {OLD_DESIGN_GPU_IDLE[0]:.2f} s median ({OLD_DESIGN_GPU_IDLE[1]:.2f}-{OLD_DESIGN_GPU_IDLE[2]:.2f}; its 0.47 s of issue 4
+was on a quieter machine). So with jobs longer than Ray's job start (any real job) the GPUs
+idle as long as before -- what is left is the trainer's own start-up, which any design that
+starts the trainer at admission pays -- and with 1-s jobs about 1 s longer. The queue sees the driver end (it
 polls every {WAIT_POLL:g} s while jobs wait, every 20 ms for 3 s after a job ended) and admits
 the next job then; a negative process gap means the next runner started before the previous one
 printed its last line (Ray frees a trainer's placement groups when its driver disconnects, a

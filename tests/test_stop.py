@@ -116,6 +116,39 @@ def test_stop_refuses_bad_input_with_one_line_and_stops_nothing(cluster, workdir
         assert wait_terminal(cluster.client(), i) == "STOPPED"
 
 
+def test_resume_continues_a_stopped_job_from_its_checkpoint(cluster, workdir):
+    sid = submit(cluster, "trainer.save_freq=3", "+fake.steps=40", "+fake.step_s=0.6")
+    wait_until(lambda: saved(log(cluster, sid)), 120, "a first checkpoint")
+    r = stop(cluster, sid, "--at-checkpoint", "--wait", "60")
+    assert r.returncode == 0 and r.stdout.strip() == f"{sid} STOPPED", (r.stdout, r.stderr)
+    at = int(re.search(r"stopping at checkpoint: checkpoint step (\d+) saved", log(cluster, sid)).group(1))
+    assert at < 40, at  # stopped before its end: there is something to resume
+
+    r = rayjobs_cli("resume", sid, "--address", cluster.address, timeout=300)
+    assert r.returncode == 0, r.stderr
+    new = r.stdout.strip()
+    assert new == f"{sid}-r1" and f"from its checkpoint at step {at}" in r.stderr, (r.stdout, r.stderr)
+    assert wait_terminal(cluster.client(), new, timeout=180) == "SUCCEEDED", log(cluster, new)[-2000:]
+    text = log(cluster, new)
+    assert "Resuming from" in text and f"global_step_{at}" in text and "attempt 2 of run" in text, text[-2000:]
+    assert steps(text) and steps(text)[0] == at + 1 and max(steps(text)) == 40, text[-3000:]  # from the step after the checkpoint on
+    st = rayjobs_cli("status", new, "--json", "--address", cluster.address)
+    assert '"resumed_from": "' + sid + '"' in st.stdout, st.stdout
+
+    # bad input: one line, exit 2, nothing queued
+    for job, says in [(new, "SUCCEEDED: nothing to resume"), ("no-such-job-xyz", "no job")]:
+        r = rayjobs_cli("resume", job, "--address", cluster.address)
+        assert r.returncode == 2 and says in r.stderr and len(r.stderr.strip().splitlines()) == 1, (job, r.stderr)
+    bare = submit(cluster, "trainer.save_freq=-1", "+fake.steps=400", "+fake.step_s=0.4")
+    wait_until(lambda: steps(log(cluster, bare)), 120, "the first steps")
+    r = rayjobs_cli("resume", bare, "--address", cluster.address)
+    assert r.returncode == 2 and "only a stopped or failed job can be resumed" in r.stderr, r.stderr
+    stop(cluster, bare)
+    r = rayjobs_cli("resume", bare, "--address", cluster.address)
+    assert r.returncode == 2 and "saved no checkpoint to resume from" in r.stderr, r.stderr
+    assert not [j for j in cluster.client().list_jobs() if (j.submission_id or "").startswith(bare + "-r")]
+
+
 # --------------------------------------------------------------------------- the watch on its own
 def test_the_watch_logs_complete_checkpoints_and_fires_after_the_next(tmp_path, monkeypatch):
     monkeypatch.setattr(checkpointwatch, "POLL_S", 0.05)

@@ -106,7 +106,7 @@ def logs_cmd(job_id: str, lines: Optional[int], follow: bool, address: Optional[
 # --------------------------------------------------------------------------- status / list
 STATUS_FIELDS = ("status", "experiment", "sweep", "label", "overrides", "priority", "attempt", "queue_position",
                  "gpus", "submitted_at", "start_time", "end_time", "step", "total_steps", "checkpoint_step", "metrics", "wandb_url",
-                 "run", "error", "message")
+                 "run", "resumed_from", "error", "message")
 
 
 @main.command("status")
@@ -294,6 +294,24 @@ def stop_cmd(job_ids: tuple[str, ...], sweep: Optional[str], at_checkpoint: bool
         elif late:
             _say(f"still stopping after {wait_s:.0f} s: {', '.join(late)} (check again with rayjobs status)")
             return 1
+        return 0
+
+    _exit(run_cli(go))
+
+
+@main.command("resume")
+@click.argument("job_id")
+@ADDRESS
+def resume_cmd(job_id: str, address: Optional[str]) -> None:
+    """Continue a stopped or failed job from its last checkpoint, as a new attempt of the same run.
+
+    Prints the new job's id (ID-rN) on stdout: the same submit request and code snapshot, queued again.
+    """
+
+    def go() -> int:
+        from rayjobs import api
+
+        click.echo(api.resume_job(job_id, address=address, say=_say).job_id)
         return 0
 
     _exit(run_cli(go))

@@ -106,6 +106,13 @@ def stop_at_checkpoint(d: "Dashboard", ids: Sequence[str], timeout: float) -> No
     _request(d, "control", f"python3 -m rayjobs.oncluster.control stop-at-checkpoint {float(timeout):g} " + " ".join(ids))
 
 
+def resume(d: "Dashboard", old: str, new: str) -> None:
+    """Queue the ended job ``old`` again as ``new`` (same run, its durable code snapshot); returns
+    once the queue shows ``new``."""
+    _request(d, "control", f"python3 -m rayjobs.oncluster.control resume {old} {new}")
+    wait_taken_in(d, [new], TAKEN_IN_TIMEOUT_S)
+
+
 def revive(d: "Dashboard") -> None:
     """Start the cluster's queue if it is not running (it reloads the backlog from its store)."""
     _request(d, "control", "python3 -m rayjobs.oncluster.control revive")

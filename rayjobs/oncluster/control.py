@@ -3,13 +3,15 @@
 Like :mod:`rayjobs.oncluster.enqueue`, a tiny Ray job (the Jobs API is the laptop's only way in).
 ``cancel`` leaves a request in the store for each waiting job to stop (the queue drops it within a
 tick; it never starts); ``stop-at-checkpoint`` leaves one in each running job's run dir, which its
-runner acts on (:mod:`rayjobs.oncluster.checkpointwatch`); ``revive`` starts the queue if it is not running (after the head's Ray was
+runner acts on (:mod:`rayjobs.oncluster.checkpointwatch`); ``resume`` queues an ended job's
+record again under a new id (same run, same code snapshot); ``revive`` starts the queue if it is not running (after the head's Ray was
 restarted by hand, say) -- the queue then reloads the backlog from the store.
 """
 
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -30,12 +32,43 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 0
     if argv[:1] == ["stop-at-checkpoint"] and len(argv) > 2:
         return stop_at_checkpoint(store, float(argv[1]), argv[2:])
+    if argv[:1] == ["resume"] and len(argv) == 3:
+        return resume(store, argv[1], argv[2])
     if argv == ["revive"]:  # asked because the laptop saw no queue in this Ray session: no shortcut
         start_service()
         return 0
-    print("usage: python3 -m rayjobs.oncluster.control (cancel ID... | stop-at-checkpoint TIMEOUT_S ID... | revive)",
+    print("usage: python3 -m rayjobs.oncluster.control (cancel ID... | stop-at-checkpoint TIMEOUT_S ID... | "
+          "resume OLD NEW | revive)",
           file=sys.stderr)
     return 2
+
+
+def resume(store: QueueStore, old: str, new: str) -> int:
+    """Queue ``old``'s exact submit request and code snapshot again as job ``new``: the same run name
+    and checkpoint dir, so verl resumes from its last checkpoint (``resume_mode=auto``) and the
+    runner counts the next attempt. Idempotent (a retried request queues ``new`` once)."""
+    import datetime
+
+    from rayjobs.oncluster.enqueue import record
+    from rayjobs.oncluster.store import DONE
+
+    rec = store.get(old)
+    if rec is None:
+        raise SystemExit(f"the queue has no record of {old} (it was not submitted through rayjobs on this cluster)")
+    if rec.get("state") != DONE:
+        raise SystemExit(f"{old} has not ended ({rec.get('state')}): stop it first")
+    if not store.code_dir(str(rec.get("code"))).is_dir():
+        raise SystemExit(f"the code snapshot of {old} is gone (kept RAYJOBS_CODE_RETENTION_S after a job ends): submit it again")
+    if not store.exists(new):
+        now = time.time()
+        meta = dict(rec["spec"].get("metadata") or {}, resumed_from=old,
+                    submitted_at=datetime.datetime.fromtimestamp(now).astimezone().isoformat(timespec="milliseconds"))
+        spec = dict(rec["spec"], submission_id=new, metadata=meta)
+        store.put(record(spec, str(rec["code"]), now), new=True)
+    print(f"[rayjobs] queued {new}: {old} resumed from its last checkpoint", flush=True)
+    if not service_alive(store):
+        start_service()
+    return 0
 
 
 def stop_at_checkpoint(store: QueueStore, timeout_s: float, ids: list[str]) -> int:

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
+from rayjobs.oncluster.checkpointwatch import saved_step
 from rayjobs.oncluster.store import DONE, WAITING
 from rayjobs.shared import stamp
 
@@ -61,6 +62,9 @@ def finish_record(rec: dict[str, Any], status: str, message: str = "",
     final = last_metrics(meta.get("run_dir"))
     if final:
         out["final"] = final
+    ckpt = saved_step(meta.get("checkpoint_dir"))
+    if ckpt is not None:  # what `rayjobs resume` starts from
+        out["checkpoint_step"] = ckpt
     return out
 
 
@@ -90,4 +94,4 @@ def history_row(rec: dict[str, Any]) -> dict[str, Any]:
             "queued_at": rec.get("queued_at"), "admitted_at": rec.get("admitted_at"),
             "finished_at": rec.get("finished_at"), "start_time": rec.get("start_time"), "end_time": rec.get("end_time"),
             "message": rec.get("message"), "lost": rec.get("lost", 0), "log": rec.get("log"), "final": rec.get("final"),
-            "pruned": bool(rec.get("pruned")), "cause": rec.get("cause")}
+            "pruned": bool(rec.get("pruned")), "cause": rec.get("cause"), "checkpoint_step": rec.get("checkpoint_step")}

@@ -101,6 +101,7 @@ def base_row(job: Any, over: Optional[dict[str, Any]] = None) -> dict[str, Any]:
         "sweep_overrides": json_list(m.get("sweep_overrides")),
         "label": overrides_label(m),
         "run": m.get("run"),
+        "resumed_from": m.get("resumed_from"),  #: the job `rayjobs resume` continued
         "gpus": gpus(job),
         "start_time": iso_ms(field(job, "start_time")),
         "end_time": iso_ms(field(job, "end_time")),
@@ -144,7 +145,7 @@ def add_progress(row: dict[str, Any], job: Any, dash: Optional["Dashboard"], lin
     """Fill step/score/attempt/W&B from the JSONL (if readable here) or the log's tail; a job the
     queue has finished (and maybe pruned from Ray) from the final metrics it recorded."""
     if field(job, "from_queue"):
-        return _final_progress(row, field(job, "final") or {})
+        return _final_progress(row, field(job, "final") or {}, field(job, "checkpoint_step"))
     if row["status"] == "QUEUED":
         return row
     m = meta(job)
@@ -179,8 +180,9 @@ def add_progress(row: dict[str, Any], job: Any, dash: Optional["Dashboard"], lin
     return row
 
 
-def _final_progress(row: dict[str, Any], final: dict[str, Any]) -> dict[str, Any]:
+def _final_progress(row: dict[str, Any], final: dict[str, Any], checkpoint: Optional[int] = None) -> dict[str, Any]:
     data = dict(final.get("data") or {})
+    row["checkpoint_step"] = checkpoint
     row["step"] = final.get("step")
     row["score"] = data.get("critic/score/mean")
     row["metrics"] = {k: v for k, v in data.items() if isinstance(v, (int, float))}
