@@ -84,7 +84,8 @@ class Job:
             job: Any = d.info(self.job_id)
             # no metadata: perhaps what Ray writes back for a job pruned too soon; a pre-started
             # job is QUEUED while the queue still lists it as waiting
-            if not jobrows.meta(job) or jobrows.meta(job).get(STANDBY_KEY):
+            m = jobrows.meta(job)
+            if not m or m.get(STANDBY_KEY):
                 job = QueueView.read(d).as_job(self.job_id) or job
         except JobNotFound:
             job = QueueView.read(d).as_job(self.job_id)
@@ -386,41 +387,31 @@ def resume_job(job_id: str, *, address: Optional[str] = None, dashboard: Optiona
     from rayjobs.client import queuechannel
     from rayjobs.views.queuestatus import QueueView
 
+    from rayjobs.client.dashboard import resolve_prefix
+    from rayjobs.views import jobrows
+
     say = say or (lambda msg: None)
     d = dashboard or _connect(address)
-    job = Job.find(job_id, dashboard=d)
-    row = job.row()
-    status, old = row["status"], job.job_id
+    view = QueueView.read(d)
+    jobs = {jobrows.field(j, "submission_id"): j for j in all_jobs(d, view)}  # one read of Ray and the queue
+    old = resolve_prefix(job_id, set(jobs) - {None})
+    status, meta = jobrows.status_of(jobs[old]), jobrows.meta(jobs[old])
     if status == "SUCCEEDED":
         raise ConfigError(f"{old} SUCCEEDED: nothing to resume (submit it again to train it again)")
     if status not in ("STOPPED", "FAILED"):
         raise ConfigError(f"{old} is {status}: only a stopped or failed job can be resumed (rayjobs stop {old} first)")
-    meta = _job_meta(d, old)
     if not meta.get("checkpoint_dir"):
         raise ConfigError(f"{old} is not a verl job submitted through rayjobs (no checkpoint dir): submit it again")
-    view = QueueView.read(d)
-    ckpt = (view.history.get(old) or {}).get("checkpoint_step", row.get("checkpoint_step"))
+    # the queue's history names the checkpoint once it finished the job; else the log's last line on it
+    h = view.history.get(old) or {}
+    ckpt = h["checkpoint_step"] if "checkpoint_step" in h else Job(old, dashboard=d).row().get("checkpoint_step")
     if ckpt is None:
         raise ConfigError(f"{old} saved no checkpoint to resume from (trainer.save_freq): submit it again to start over")
-    taken = {i for i in view.ids() | {j.get("submission_id") for j in d.list_jobs()} if i}
-    new = next(f"{old}-r{k}" for k in range(1, 1000) if f"{old}-r{k}" not in taken)
+    new = next(f"{old}-r{k}" for k in range(1, 1000) if f"{old}-r{k}" not in jobs)
     queuechannel.resume(d, old, new)
     _record_resume(d, old, new)
     say(f"{new}: resumes run {meta.get('run', old)} of {old} from its checkpoint at step {ckpt}")
     return Job(new, dashboard=d)
-
-
-def _job_meta(d: "Dashboard", job_id: str) -> dict[str, Any]:
-    """A job's rayjobs metadata, from Ray or else the queue's history."""
-    from rayjobs.errors import JobNotFound
-    from rayjobs.views import jobrows
-    from rayjobs.views.queuestatus import QueueView
-
-    try:
-        meta = jobrows.meta(d.info(job_id))
-    except JobNotFound:
-        meta = {}
-    return meta or dict((QueueView.read(d).history.get(job_id) or {}).get("metadata") or {})
 
 
 def _record_resume(d: "Dashboard", old: str, new: str) -> None:
