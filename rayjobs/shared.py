@@ -64,6 +64,10 @@ ROLE_KEY = "rayjobs_role"
 STANDBY_KEY = "rayjobs_standby"
 #: The env var naming the file such a job's runner waits for (the queue writes it at admission).
 STANDBY_GO_ENV = "RAYJOBS_STANDBY_GO"
+#: The env var every process of a job carries (its trainer, and through verl's runtime_env each of
+#: its Ray actors and what they spawn, e.g. vLLM's engine): its id. The reaper finds what a finished
+#: job left behind on a node by it (:mod:`rayjobs.oncluster.reaper`).
+JOB_MARK_ENV = "RAYJOBS_JOB"
 
 
 def pack_jobs(jobs: list) -> str:

@@ -14,6 +14,8 @@ it is never cut off mid-save by it.
 from __future__ import annotations
 
 import json
+import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -34,6 +36,33 @@ def saved_step(checkpoint_dir: Optional[str]) -> Optional[int]:
         return int((Path(checkpoint_dir) / TRACKER).read_text().strip())
     except (OSError, ValueError):
         return None
+
+
+ASIDE = ".incomplete"  #: where half-written checkpoint folders are moved, inside the checkpoint dir
+STEP_DIR = re.compile(r"^global_step_(\d+)$")
+
+
+def set_aside_incomplete(checkpoint_dir: Optional[str]) -> list[str]:
+    """Move every ``global_step_N`` newer than the tracker's step into ``.incomplete/`` (kept, not deleted).
+
+    Such a folder is a save that was cut off (verl writes the tracker last): left in place, the
+    next attempt would write its own save of step N into a folder holding the dead attempt's
+    partial shards, and any tool that picks the newest ``global_step_*`` would take it. Returns
+    the folders moved, for the log.
+    """
+    if not checkpoint_dir or not os.path.isdir(checkpoint_dir):
+        return []
+    done = saved_step(checkpoint_dir) or 0
+    moved = []
+    for d in sorted(Path(checkpoint_dir).iterdir()):
+        m = STEP_DIR.match(d.name)
+        if not m or int(m.group(1)) <= done or not d.is_dir():
+            continue
+        dest = Path(checkpoint_dir) / ASIDE / f"{d.name}.{time.strftime('%Y%m%dT%H%M%S')}"
+        dest.parent.mkdir(exist_ok=True)
+        os.replace(d, dest)
+        moved.append(f"{d.name} -> {ASIDE}/{dest.name}")
+    return moved
 
 
 def ask_stop(run_dir: Path, job_id: str, timeout_s: float) -> None:

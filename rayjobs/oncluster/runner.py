@@ -27,8 +27,10 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
+from rayjobs.oncluster import attemptlog, checkpointwatch, failurecause
 from rayjobs.oncluster.checkpointwatch import CheckpointWatch
-from rayjobs.shared import STANDBY_GO_ENV, stamp
+from rayjobs.oncluster.failurecause import Cause
+from rayjobs.shared import JOB_MARK_ENV, STANDBY_GO_ENV, stamp
 
 
 def job_metadata() -> dict[str, Any]:
@@ -128,9 +130,16 @@ def watch_checkpoints(meta: dict[str, Any], proc: subprocess.Popen) -> Checkpoin
     return CheckpointWatch(meta.get("checkpoint_dir"), run_dir, job_id, log, stop, STARTED_AT, ready).start()
 
 
+class Attempt:
+    """One run of the trainer: its exit code, and whether this job was being stopped."""
+
+    def __init__(self, code: int, stopped: bool) -> None:
+        self.code, self.stopped = code, stopped
+
+
 def run_attempt(cmd: list[str], env: dict[str, str], cwd: Optional[str] = None,
-                meta: Optional[dict[str, Any]] = None) -> int:
-    """Run one attempt in ``cwd`` (a path) and return its exit code.
+                meta: Optional[dict[str, Any]] = None) -> Attempt:
+    """Run one attempt in ``cwd`` (a path): its exit code and whether a stop reached this runner.
 
     The trainer starts in the working dir named by path, not in the directory this process
     inherited: while a runner waits in the queue, Ray may unpack the job's working_dir package
@@ -140,7 +149,8 @@ def run_attempt(cmd: list[str], env: dict[str, str], cwd: Optional[str] = None,
 
     The trainer stays in this process group, so Ray's stop (SIGTERM to the group, SIGKILL after
     the grace period) reaches it even if this wrapper dies first; a signal sent to the wrapper
-    alone is forwarded.
+    alone is forwarded. A trainer killed while no stop reached this runner (the OOM killer, a
+    kill by hand) is a failure, not a stop: it is retried.
     """
     if cwd is not None and not os.path.isdir(cwd):
         log(f"the job's working dir {cwd} is gone; waiting up to {UNPACK_WAIT_S:g} s for it to be unpacked again")
@@ -151,8 +161,10 @@ def run_attempt(cmd: list[str], env: dict[str, str], cwd: Optional[str] = None,
         log(f"the job's working dir {cwd} was unpacked again while this job waited; the trainer starts in the new one")
     proc = subprocess.Popen(cmd, env=env, cwd=cwd)
     watch = watch_checkpoints(meta, proc) if meta is not None else None
+    stopped: list[int] = []
 
     def forward(signum: int, _frame: Any) -> None:
+        stopped.append(signum)
         try:
             proc.send_signal(signum)
         except ProcessLookupError:
@@ -160,12 +172,13 @@ def run_attempt(cmd: list[str], env: dict[str, str], cwd: Optional[str] = None,
 
     old = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
-        return proc.wait()
+        code = proc.wait()
     finally:
         if watch is not None:
             watch.close()
         for s, h in old.items():
             signal.signal(s, h)
+    return Attempt(code, bool(stopped) or bool(watch is not None and watch.fired))
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -231,35 +244,106 @@ def describe_demand(meta: dict[str, Any]) -> str:
     return capacity.describe(groups) if groups else "no GPUs"
 
 
+#: However often the budget is reset by new checkpoints, a job has at most this many attempts.
+MAX_ATTEMPTS = int(os.environ.get("RAYJOBS_MAX_ATTEMPTS", 100))
+
+
 def run_attempts(argv: list[str], meta: dict[str, Any], base_env: dict[str, str],
                  workdir: Optional[str] = None) -> int:
-    """The attempts of one job (``rayjobs.max_retries`` + 1 at most), each started in ``workdir``;
-    the exit code to report."""
+    """The attempts of one job, each started in ``workdir``; the exit code to report.
+
+    An attempt counts as a success only if it trained or finished its steps
+    (:func:`judge`). A failed one is retried when its cause can be helped by a new attempt
+    (:mod:`rayjobs.oncluster.failurecause`) and ``rayjobs.max_retries`` allows; an attempt that
+    saved a new checkpoint resets that budget (it made progress: the next failure is a new one).
+    Each failure's cause is logged in one line (``attempt N failed: <cause>``), the views show it.
+    """
     retries = int(meta.get("max_retries", "0") or 0)
     run_dir = Path(meta["run_dir"]) if meta.get("run_dir") else None
-    code = 1
-    for i in range(retries + 1):
-        env = dict(base_env)
+    used, driver_log = 0, attemptlog.own_log()
+    for n in range(1, MAX_ATTEMPTS + 1):
+        env, cmd = attempt_env(argv, meta, base_env, run_dir, used, retries)
+        start_ckpt, log_start, started = checkpoint_before(meta), attemptlog.size(driver_log), time.monotonic()
+        att = run_attempt(cmd, env, workdir, meta)
+        log(f"attempt finished with exit code {att.code} after {time.monotonic() - started:.1f} s at {stamp()}")
+        if att.stopped:
+            return exit_code(att.code)
+        metrics = Path(env["VERL_FILE_LOGGER_PATH"]) if "VERL_FILE_LOGGER_PATH" in env else None
+        cause = judge(att.code, attemptlog.read_attempt(driver_log, log_start, metrics), start_ckpt, meta, argv)
+        if cause is None:
+            return 0
+        log(f"attempt {env.get('RAYJOBS_ATTEMPT', n)} failed: {cause.line()}")
+        if not cause.retry:
+            return fail(cause, "not retried: a new attempt would fail the same way")
+        saved = checkpointwatch.saved_step(meta.get("checkpoint_dir"))
+        if saved is not None and saved != start_ckpt and used:
+            log(f"new checkpoint (step {saved}) since the last failure: the retry budget starts again ({retries})")
+            used = 0
+        if used >= retries:
+            return fail(cause, f"no retry left (rayjobs.max_retries={retries})")
+        used += 1
+        log(f"retrying ({used}/{retries}); verl resumes from the checkpoint dir (resume_mode=auto)")
+    return fail(Cause("error", False, f"{MAX_ATTEMPTS} attempts"), "RAYJOBS_MAX_ATTEMPTS reached")
+
+
+def attempt_env(argv: list[str], meta: dict[str, Any], base_env: dict[str, str], run_dir: Optional[Path],
+                used: int, retries: int) -> tuple[dict[str, str], list[str]]:
+    """The environment and command of the next attempt (its own metrics file, the job's mark)."""
+    env, cmd = dict(base_env), list(argv)
+    if run_dir is not None:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        attempt = next_attempt(run_dir)
+        env["VERL_FILE_LOGGER_PATH"] = str(run_dir / f"metrics.{attempt}.jsonl")
+        # Claimed now, so an attempt that dies before verl's logger starts still counts.
+        Path(env["VERL_FILE_LOGGER_PATH"]).touch()
+        env["RAYJOBS_ATTEMPT"] = str(attempt)
+        log(f"attempt {attempt} of run {meta.get('run', '?')} (try {used + 1}/{retries + 1} of this job; "
+            f"metrics: {env['VERL_FILE_LOGGER_PATH']})")
+    job_id = str(meta.get("job_submission_id") or "")
+    if job_id:
+        env[JOB_MARK_ENV] = job_id
+    if meta.get("kind") == "verl":
+        # verl's actors (its file logger in TaskRunner, vLLM in the rollout workers) get their
+        # environment from the runtime_env verl passes to ray.init, not from this driver's.
+        renv = "++ray_kwargs.ray_init.runtime_env.env_vars"
         if run_dir is not None:
-            run_dir.mkdir(parents=True, exist_ok=True)
-            attempt = next_attempt(run_dir)
-            env["VERL_FILE_LOGGER_PATH"] = str(run_dir / f"metrics.{attempt}.jsonl")
-            # Claimed now, so an attempt that dies before verl's logger starts still counts.
-            Path(env["VERL_FILE_LOGGER_PATH"]).touch()
-            env["RAYJOBS_ATTEMPT"] = str(attempt)
-            log(f"attempt {attempt} of run {meta.get('run', '?')} (try {i + 1}/{retries + 1} of this job; "
-                f"metrics: {env['VERL_FILE_LOGGER_PATH']})")
-        started = time.monotonic()
-        cmd = list(argv)
-        if run_dir is not None and meta.get("kind") == "verl":
-            # verl's file logger runs in its TaskRunner actor, whose environment comes from the
-            # runtime_env verl passes to ray.init, not from this driver's: hand the path over there.
-            cmd.append(f"++ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH='{env['VERL_FILE_LOGGER_PATH']}'")
-        code = run_attempt(cmd, env, workdir, meta)
-        log(f"attempt finished with exit code {code} after {time.monotonic() - started:.1f} s at {stamp()}")
-        if code == 0 or code < 0 or i == retries:
-            break  # success, killed by a signal (stop), or out of retries
-        log(f"retrying ({i + 1}/{retries}); verl resumes from the checkpoint dir (resume_mode=auto)")
+            cmd.append(f"{renv}.VERL_FILE_LOGGER_PATH='{env['VERL_FILE_LOGGER_PATH']}'")
+        if job_id:
+            cmd.append(f"{renv}.{JOB_MARK_ENV}='{job_id}'")
+    return env, cmd
+
+
+def checkpoint_before(meta: dict[str, Any]) -> Optional[int]:
+    """The step an attempt resumes from; a half-written newer save is moved aside first."""
+    for moved in checkpointwatch.set_aside_incomplete(meta.get("checkpoint_dir")):
+        log(f"a checkpoint save was cut off: moved {moved} (the tracker names the last complete one)")
+    return checkpointwatch.saved_step(meta.get("checkpoint_dir"))
+
+
+def judge(code: int, out: attemptlog.AttemptLog, start_ckpt: Optional[int], meta: dict[str, Any],
+          argv: list[str]) -> Optional[Cause]:
+    """None if the attempt succeeded; else why it failed.
+
+    Exit 0 is a success unless a verl trainer resumed and exited without a step short of its
+    total (verl-project/verl#7401, PR #5725: at an epoch boundary it can do exactly that).
+    """
+    if code == 0:
+        at = max(start_ckpt or 0, out.last_step or 0)
+        trained = out.last_step is not None and out.last_step > (start_ckpt or 0)
+        if out.total_steps is not None and at < out.total_steps and not trained:
+            return failurecause.no_progress(at, out.total_steps)
+        return None
+    rewards = [a.split("=", 1)[1].strip("'\"") for a in argv if a.lstrip("+").startswith("custom_reward_function.path=")]
+    return failurecause.classify(code, out.tail, reward_files=rewards)
+
+
+def fail(cause: Cause, why: str) -> int:
+    """Log the job's final cause (the last line of its log, which Ray's job message quotes) -> 1."""
+    log(f"job failed: {cause.line()} ({why})")
+    return 1
+
+
+def exit_code(code: int) -> int:
     return 0 if code == 0 else (code if code > 0 else 128 - code)
 
 

@@ -203,7 +203,8 @@ def _replay(d: "Dashboard", job_id: str, status: str, lines: Optional[int]) -> i
 
 
 def failure_summary(job: dict[str, Any], log_tail: bytes) -> str:
-    """One line for a FAILED job: the log's last exception line, else Ray's message (its first line).
+    """One line for a FAILED job: the runner's cause line, else the log's last exception line,
+    else Ray's message (its first line).
 
     Ray's message is "Job entrypoint command failed with exit code 1, last available logs
     (truncated to 20,000 chars): ..." followed by the log's *start*: cut at 300 characters it ends
@@ -211,7 +212,11 @@ def failure_summary(job: dict[str, Any], log_tail: bytes) -> str:
     """
     from rayjobs.views import logparse
 
-    err = logparse.failure_line(logparse.clean_block(log_tail.decode("utf-8", "replace")))
+    text = logparse.clean_block(log_tail.decode("utf-8", "replace"))
+    p = logparse.parse_lines(text.splitlines()[-2000:])
+    if p.cause:  # the runner's own one-line cause (rayjobs.oncluster.failurecause)
+        return p.cause[:300]
+    err = logparse.failure_line(text)
     msg = logparse.clean(str(job.get("message") or "")).split(", last available logs")[0]
     msg = " ".join(msg.split())[:200]
     if err:

@@ -27,6 +27,8 @@ STEP = re.compile(r"(?:^|\s)step:(?P<step>\d+) - (?P<rest>.*)$")
 TOTAL = re.compile(r"Total training steps: (?P<total>\d+)")
 WANDB = re.compile(r"https?://(?:[\w.-]*\.)?wandb\.ai/\S+/runs/[\w-]+")
 ATTEMPT = re.compile(r"^\[rayjobs\] attempt (?P<n>\d+)\b")
+#: The runner's one-line causes (rayjobs.oncluster.failurecause): each failed attempt's, the job's.
+FAILED = re.compile(r"^\[rayjobs\] (?:attempt (?P<n>\d+)|job) failed: (?P<cause>.+)$")
 #: The runner's lines on verl's checkpoints (rayjobs.oncluster.checkpointwatch): complete ones only.
 CHECKPOINT = re.compile(r"^\[rayjobs\] (?:checkpoint saved|last checkpoint): step (?P<step>\d+)\b")
 VALDICT = re.compile(r"(?P<which>Initial|Final) validation metrics: (?P<d>\{.*\})\s*$")
@@ -169,6 +171,8 @@ class Progress:
     val: Optional[tuple[str, float, Optional[int]]] = None  #: latest val-core (key, value, step)
     resumed_from: Optional[str] = None
     checkpoint: Optional[int] = None  #: step of the last complete checkpoint (the runner's lines)
+    failures: list[str] = field(default_factory=list)  #: ``attempt N: <cause>``, the last 20
+    cause: Optional[str] = None  #: the latest failure's cause (the job's, once the runner gave up)
     step_times: list[float] = field(default_factory=list)  #: recent timing_s/step values
     started_at: float = field(default_factory=time.monotonic)
     _first: Optional[tuple[int, float]] = None  #: (step, arrival time) of the first step seen
@@ -200,6 +204,11 @@ class Progress:
         if m:
             self.checkpoint = int(m.group("step"))
             return True
+        if " failed: " in text and text.startswith("[rayjobs] "):
+            m = FAILED.match(text)
+            if m:
+                self.on_failure(m.group("n"), m.group("cause"))
+                return True
         if text.startswith("[rayjobs] attempt "):
             m = ATTEMPT.match(text)
             if m:
@@ -218,6 +227,11 @@ class Progress:
             self.resumed_from = text[len("Resuming from "):].strip()
             return True
         return False
+
+    def on_failure(self, attempt: Optional[str], cause: str) -> None:
+        if attempt is not None:
+            self.failures = (self.failures + [f"attempt {attempt}: {cause}"])[-20:]
+        self.cause = cause
 
     def on_step(self, step: int, data: dict[str, float]) -> None:
         self.step = step
@@ -247,6 +261,8 @@ class Progress:
         """JSON-able snapshot (``rayjobs status``)."""
         out: dict[str, Any] = {"step": self.step, "total_steps": self.total, "wandb_url": self.wandb_url,
                                "checkpoint_step": self.checkpoint}
+        if self.cause:
+            out["cause"], out["failures"] = self.cause, list(self.failures)
         out["metrics"] = {k: v for _, k, v in headline(self.last)}
         if self.val:
             out["metrics"][self.val[0]] = self.val[1]

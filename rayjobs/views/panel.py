@@ -52,6 +52,8 @@ def status_line(job_id: str, status: str, p: Progress) -> str:
         parts.append(f"{p.val[0]} {fmt_num(p.val[1])}")
     if p.wandb_url:
         parts.append(f"W&B {p.wandb_url}")
+    if p.cause:
+        parts.append(f"{'failed' if status == 'FAILED' else 'last failure'}: {p.cause}")
     return " · ".join(parts)
 
 
@@ -144,6 +146,8 @@ class LiveView:
             head.append(f"  {sweep_label(meta)}", style="dim")
         if p.attempt:
             head.append(f"  attempt {p.attempt}")
+        if p.cause:
+            head.append(f"  {'failed' if status == 'FAILED' else 'last failure'}: {p.cause[:120]}", style="red")
         head.append(f"  {fmt_duration(time.monotonic() - self.started)} watched", style="dim")
         grid = Table.grid(padding=(0, 1))
         grid.add_row(head)
