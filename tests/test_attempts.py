@@ -152,6 +152,12 @@ The actor is dead because its node has died. Node Id: 5a1c
 
 @pytest.mark.parametrize("code, tail, kind, retry", [
     (1, NODE_DIED, "node or worker lost", True),
+    (1, "ray.exceptions.RayTaskError: Task failed because the node it was running on is dead or unavailable. Node IP: "
+        "10.0.0.2, node ID: ab. This can happen if the node was preempted, had a hardware failure, or its raylet crashed",
+     "node or worker lost", True),
+    (1, "ray.exceptions.ActorDiedError: Actor died by preemption.", "preempted", True),
+    (1, "ray.exceptions.ActorDiedError: The actor died because of an error raised in its creation task, "
+        "ray::W.__init__() torch.OutOfMemoryError: CUDA out of memory.", "GPU out of memory", True),
     (1, "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.", "out of memory (host)", True),
     (1, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", "GPU out of memory", True),
     (1, "RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error", "NCCL/driver error", True),
@@ -204,3 +210,15 @@ def test_a_half_written_save_is_moved_aside_and_complete_ones_stay(tmp_path):
     assert sorted(p.name for p in tmp_path.glob("global_step_*")) == ["global_step_2", "global_step_4"]
     assert checkpointwatch.set_aside_incomplete(str(tmp_path)) == []  # idempotent
     assert checkpointwatch.set_aside_incomplete(str(tmp_path / "none")) == []
+
+
+def test_only_a_resume_without_a_step_is_no_progress():
+    from rayjobs.oncluster.runner import judge
+
+    out = attemptlog.AttemptLog(total_steps=6, last_step=None, tail="")
+    assert judge(0, out, None, {}, []) is None  # a first attempt that trains nothing (an evaluation)
+    assert judge(0, out, 2, {}, []).kind == "no progress"
+    assert judge(0, out, 2, {}, ["trainer.val_only=true"]) is None
+    assert judge(0, attemptlog.AttemptLog(6, None, ""), 6, {}, []) is None  # resumed at the end: done
+    assert judge(0, attemptlog.AttemptLog(6, 3, ""), 2, {}, []) is None  # trained a step: progress
+    assert judge(0, attemptlog.AttemptLog(None, None, ""), 2, {}, []) is None  # not verl-like: exit 0 is all

@@ -38,11 +38,14 @@ RULES: tuple[tuple[str, bool, re.Pattern], ...] = tuple((k, r, re.compile(p, re.
     ("out of memory (host)", True,
      r"ray\.exceptions\.OutOfMemoryError|running low on memory|killed by the memory monitor|oom-kill|"
      r"Out of memory: Killed process"),
-    ("preempted", True, r"\bpreempt(?:ed|ion)\b"),
+    # Ray's own words for a preemption (its generic node-death message, "This can happen if the
+    # node was preempted, had a hardware failure, ...", is no evidence of one: node lost below)
+    ("preempted", True, r"Actor died by preemption|due to node preemption|DRAIN_PREEMPTED|dead due to draining|"
+                        r"spot (?:instance )?(?:interruption|termination|preemption)"),
     ("node or worker lost", True,
      r"its node has died|NodeDiedError|ActorUnavailableError|OwnerDiedError|ObjectLostError|"
      r"actor died unexpectedly|worker died unexpectedly|worker process .{0,40}(?:died|was killed)|"
-     r"node .{0,60} (?:died|is dead|was terminated)|raylet .{0,40}(?:died|dead)|Worker exit type: (?:SYSTEM_ERROR|NODE_OUT)"),
+     r"\bnode\b[^.\n]{0,60}?\b(?:died|is dead|was terminated)|raylet .{0,40}(?:died|dead)|Worker exit type: (?:SYSTEM_ERROR|NODE_OUT)"),
     ("GPU out of memory", True, r"CUDA out of memory|torch\.OutOfMemoryError|CUDA error: out of memory"),
     ("NCCL/driver error", True,
      r"NCCL error|nccl\w*Error|ProcessGroupNCCL.{0,80}(?:timeout|Timeout|error)|CUDA error|cudaError\w+|"

@@ -324,13 +324,16 @@ def judge(code: int, out: attemptlog.AttemptLog, start_ckpt: Optional[int], meta
           argv: list[str]) -> Optional[Cause]:
     """None if the attempt succeeded; else why it failed.
 
-    Exit 0 is a success unless a verl trainer resumed and exited without a step short of its
-    total (verl-project/verl#7401, PR #5725: at an epoch boundary it can do exactly that).
+    Exit 0 is a success unless the trainer resumed from a checkpoint and exited without a step,
+    short of its total (verl-project/verl#7401, PR #5725: at an epoch boundary verl does exactly
+    that). Only a resume: a first attempt without a step is a run that trains none on purpose
+    (``trainer.val_only=true``, an evaluation).
     """
     if code == 0:
         at = max(start_ckpt or 0, out.last_step or 0)
         trained = out.last_step is not None and out.last_step > (start_ckpt or 0)
-        if out.total_steps is not None and at < out.total_steps and not trained:
+        val_only = any(a.lstrip("+") == "trainer.val_only=true" for a in argv)
+        if start_ckpt and out.total_steps is not None and at < out.total_steps and not trained and not val_only:
             return failurecause.no_progress(at, out.total_steps)
         return None
     rewards = [a.split("=", 1)[1].strip("'\"") for a in argv if a.lstrip("+").startswith("custom_reward_function.path=")]
