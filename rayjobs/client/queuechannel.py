@@ -1,6 +1,7 @@
 """The laptop's channel to the cluster-side queue: its requests, carried by small Ray jobs (the Jobs
-API is the laptop's only way in) -- queue a submission's jobs, cancel waiting jobs, revive the
-queue -- and what it shows, read from its two files in the head's log dir.
+API is the laptop's only way in) -- queue a submission's jobs (a rerun's with an earlier job's code
+snapshot), cancel waiting jobs, revive the queue -- and what it shows, read from its two files in
+the head's log dir.
 
 Each request is one Ray job of a rayjobs entrypoint (:mod:`rayjobs.oncluster.enqueue`,
 :mod:`rayjobs.oncluster.control`), tagged ``rayjobs_role`` so views leave it out and the queue
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import shlex
 import time
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
@@ -63,25 +65,32 @@ def _request(d: "Dashboard", role: str, entrypoint: str, runtime_env: Optional[M
     raise SubmitError(f"the cluster's queue refused the request ({role}): {why}; its log: rayjobs logs {sid}")
 
 
-def enqueue(d: "Dashboard", specs: Sequence[Mapping[str, Any]], runtime_env: Mapping[str, Any]) -> list[str]:
+def enqueue(d: "Dashboard", specs: Sequence[Mapping[str, Any]], runtime_env: Optional[Mapping[str, Any]],
+            *, code_of: Optional[str] = None) -> list[str]:
     """Queue jobs (``submit_job`` requests) with the code of ``runtime_env['working_dir']``; their ids.
 
+    ``code_of``: with the durable code snapshot the queue keeps of that job instead (a rerun:
+    nothing is uploaded; ``runtime_env`` is ignored). A snapshot that is gone is refused on the
+    cluster before anything is queued (SubmitError, its one-line reason).
     Returns once the jobs are on the cluster's disk and the queue shows them (bounded).
     """
     jobs = []
     for s in specs:
         env = {k: v for k, v in dict(s.get("runtime_env") or {}).items() if k != "working_dir"}
         jobs.append(dict(s, runtime_env=env))
-    env = {"working_dir": runtime_env["working_dir"], "excludes": list(runtime_env.get("excludes") or [])}
+    entrypoint = "python3 -m rayjobs.oncluster.enqueue"
+    if code_of:
+        entrypoint, env = f"{entrypoint} --code-of {shlex.quote(code_of)}", None
+    else:
+        env = {"working_dir": runtime_env["working_dir"], "excludes": list(runtime_env.get("excludes") or [])}
     packed = _packed_chunks(jobs)
     if len(packed) == 1:
-        _request(d, "enqueue", "python3 -m rayjobs.oncluster.enqueue", env, {ENQUEUE_KEY: packed[0]})
+        _request(d, "enqueue", entrypoint, env, {ENQUEUE_KEY: packed[0]})
     else:  # a big sweep: several requests at once (the queue orders by submit time and sweep point)
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(max_workers=min(4, len(packed))) as pool:
-            list(pool.map(lambda p: _request(d, "enqueue", "python3 -m rayjobs.oncluster.enqueue", env,
-                                             {ENQUEUE_KEY: p}), packed))
+            list(pool.map(lambda p: _request(d, "enqueue", entrypoint, env, {ENQUEUE_KEY: p}), packed))
     ids = [str(s["submission_id"]) for s in specs]
     wait_taken_in(d, ids, TAKEN_IN_TIMEOUT_S)
     return ids

@@ -61,6 +61,12 @@ def _int(v: Any) -> int:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
+    """``enqueue``: queue the jobs with the code Ray unpacked for this job; ``enqueue --code-of ID``:
+    with the durable snapshot of job ID's code instead (a rerun: no upload, the old code)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and (argv[0] != "--code-of" or len(argv) != 2):
+        print("usage: python3 -m rayjobs.oncluster.enqueue [--code-of JOB_ID]", file=sys.stderr)
+        return 2
     cfg = job_config()
     try:
         specs = unpack_jobs((cfg.get("metadata") or {}).get(ENQUEUE_KEY, ""))
@@ -70,19 +76,45 @@ def main(argv: Optional[list[str]] = None) -> int:
         print("[rayjobs] enqueue: this job carries no jobs to queue", file=sys.stderr)
         return 2
     store = QueueStore()
-    key = code_key(dict(cfg.get("runtime_env") or {})) or f"nohash-{int(time.time() * 1000)}"
-    code = store.keep_code(key, Path.cwd())
-    now = time.time()
-    queued = 0
-    for spec in specs:
-        if store.exists(spec["submission_id"]):
-            continue  # the same request again (a retried submit): queued once
-        store.put(record(spec, key, now), new=True)
-        queued += 1
-    print(f"[rayjobs] queued {queued} job(s) at {stamp(now)} (code {code})", flush=True)
+    if argv:
+        try:
+            key = store.code_of(argv[1])
+        except LookupError as e:  # the laptop shows this last line as the reason: nothing is queued
+            print(e, file=sys.stderr, flush=True)
+            return 2
+        code = store.code_dir(key)
+    else:
+        key = code_key(dict(cfg.get("runtime_env") or {})) or f"nohash-{int(time.time() * 1000)}"
+        code = store.keep_code(key, Path.cwd())
+    queued = _put_new(store, specs, key, announce=not argv)
+    if argv and not code.is_dir():
+        # The queue's pruning may have read the records just before these were written and taken the
+        # snapshot meanwhile: take them back before the queue is told of them (nothing queued).
+        for sid in queued:
+            store.remove(sid)
+        print(f"the code snapshot of {argv[1]} was removed while queuing (its retention ended): "
+              f"submit it again from its source", file=sys.stderr, flush=True)
+        return 2
+    for sid in queued if argv else ():
+        store.announce(sid)
+    print(f"[rayjobs] queued {len(queued)} job(s) at {stamp(time.time())} (code {code})", flush=True)
     if not service_alive(store):
         start_service()
     return 0
+
+
+def _put_new(store: QueueStore, specs: list[dict[str, Any]], key: str, *, announce: bool) -> list[str]:
+    """Write a waiting record of each job not in the store yet (a retried request queues it once);
+    their ids. ``announce``: tell the queue of each at once, else the caller does
+    (:meth:`QueueStore.announce`) once it knows the code is still there."""
+    now = time.time()
+    queued = []
+    for spec in specs:
+        if store.exists(spec["submission_id"]):
+            continue
+        store.put(record(spec, key, now), new=announce)
+        queued.append(spec["submission_id"])
+    return queued
 
 
 def service_alive(store: QueueStore) -> bool:

@@ -74,7 +74,11 @@ class QueueStore:
         rec = dict(rec, updated_at=time.time())
         write_atomic(self.path(rec["id"]), (json.dumps(rec, sort_keys=True) + "\n").encode())
         if new:
-            write_atomic(self.root / "inbox" / rec["id"], b"")
+            self.announce(rec["id"])
+
+    def announce(self, job_id: str) -> None:
+        """Leave the inbox marker of a record already written (``put(..., new=True)`` in two steps)."""
+        write_atomic(self.root / "inbox" / job_id, b"")
 
     def get(self, job_id: str) -> Optional[dict[str, Any]]:
         """A job's record, or None (missing or unreadable)."""
@@ -146,6 +150,22 @@ class QueueStore:
         except OSError:  # another job of the same code won the race: theirs is as good
             shutil.rmtree(tmp, ignore_errors=True)
         return dest
+
+    def code_of(self, job_id: str) -> str:
+        """The code key of ``job_id``'s durable snapshot, which must still be whole on disk.
+
+        Raises:
+            LookupError: one line -- the queue has no record of the job, or its snapshot is gone
+                (the queue drops a finished job's code ``RAYJOBS_CODE_RETENTION_S`` after it ended).
+        """
+        rec = self.get(job_id)
+        if rec is None:
+            raise LookupError(f"the queue has no record of {job_id} (it was not submitted through rayjobs on this cluster)")
+        key = str(rec.get("code") or "")
+        if not key or not self.code_dir(key).is_dir():
+            raise LookupError(f"the code snapshot of {job_id} is gone (the queue keeps a finished job's code "
+                              f"RAYJOBS_CODE_RETENTION_S, 7 days by default): submit it again from its source")
+        return key
 
     def drop_code(self, keep: set[str]) -> int:
         """Remove code snapshots no record names (``keep``); the number removed."""

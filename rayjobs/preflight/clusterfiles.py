@@ -94,6 +94,8 @@ def _reward(cfg: Any, working_dir: str, data_files: list[str], files_visible: bo
         if path.startswith("pkg://") or "://" in path:
             return []
         full = path if os.path.isabs(path) else os.path.join(working_dir, path)
+        if "://" in working_dir and not os.path.isabs(path):
+            return []  # a rerun's code is the old job's snapshot on the cluster; the laptop cannot see it
         if not os.path.isabs(path) or files_visible:
             if not os.path.isfile(full):
                 where = "the job's working_dir" if not os.path.isabs(path) else "the cluster's storage"

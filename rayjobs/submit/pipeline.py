@@ -119,21 +119,25 @@ def dry_run_report(prepared: Sequence[Prepared]) -> str:
     return json.dumps(docs[0] if len(docs) == 1 else docs, indent=2, default=str)
 
 
-def send(prepared: Sequence[Prepared], address: Optional[str] = None) -> list[str]:
+def send(prepared: Sequence[Prepared], address: Optional[str] = None, *, dashboard: Optional["Dashboard"] = None,
+         code_of: Optional[str] = None) -> list[str]:
     """The second half of submit: connect, check against the live cluster, queue every point, record.
 
     Every point goes into the cluster's durable queue in one small Ray job (its working_dir is the
     user's code, so the code travels once and is kept with the backlog); this returns once that
     job has written them (:mod:`rayjobs.oncluster.enqueue`) and the queue has taken them in. The
     queue then submits each to Ray, under the id returned here, when it fits.
+
+    ``dashboard``: an open client (else one for ``address``). ``code_of``: a job id whose durable
+    code snapshot the points run with instead of their working_dir (``rayjobs rerun``).
     """
     from rayjobs.client.connection import connect
     from rayjobs.client.queuechannel import enqueue
     from rayjobs.preflight import checks
 
-    d = connect(address, address_from="rayjobs.address", quiet=False)
+    d = dashboard or connect(address, address_from="rayjobs.address", quiet=False)
     checks.check_cluster(d, prepared)
-    ids = enqueue(d, [p.spec.submit_kwargs() for p in prepared], prepared[0].spec.runtime_env)
+    ids = enqueue(d, [p.spec.submit_kwargs() for p in prepared], prepared[0].spec.runtime_env, code_of=code_of)
     for p in prepared:
         _record(d, p)
     return ids
@@ -147,22 +151,27 @@ def _record(d: "Dashboard", p: Prepared) -> None:
         {"id": p.spec.submission_id, "experiment": p.composed.experiment, "overrides": list(p.composed.overrides),
          "address": d.target.address, "cluster": d.target.key, "sweep": p.spec.metadata.get("sweep", ""),
          "submitted_at": p.spec.metadata["submitted_at"], "metadata": dict(p.spec.metadata),
-         "entrypoint": p.spec.entrypoint},
+         "entrypoint": p.spec.entrypoint, **({"rerun_of": p.spec.metadata["rerun_of"]} if "rerun_of" in p.spec.metadata else {})},
         config_yaml=_yaml(p.composed.cfg),
     )
 
 
 def _yaml(cfg: Any) -> str:
     """The config as YAML for the ledger (C dumper: a sweep writes one per point)."""
-    import yaml
-
     from rayjobs.submit import configcache
+
+    return dump_yaml(configcache.raw(cfg))
+
+
+def dump_yaml(data: Any) -> str:
+    """Plain data as YAML, keys in order (the ledger's form; ``rayjobs rerun`` reads it back)."""
+    import yaml
 
     class Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
         def ignore_aliases(self, data: Any) -> bool:  # plain copies may share nodes: no &id001 anchors
             return True
 
-    return yaml.dump(configcache.raw(cfg), Dumper=Dumper, sort_keys=False)
+    return yaml.dump(data, Dumper=Dumper, sort_keys=False)
 
 
 #: Where run_points puts the ids instead of stdout, while a Python caller asks for them.
