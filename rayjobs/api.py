@@ -96,6 +96,8 @@ class Job:
             row = jobrows.add_progress(row, job, d, lines=2000, head_scan=True)
         if row["attempt"] is None:
             row["attempt"] = 0 if row["status"] in ("PENDING", "QUEUED") else 1
+        if progress:
+            jobrows.keep_seen_row(d, row)  # an ended job's final copy in the local record, once
         return row
 
     def status(self) -> str:
@@ -116,6 +118,7 @@ class Job:
         while True:
             status = self.status()
             if status in TERMINAL:
+                self.row()  # keeps its final copy in the local record (once)
                 return status
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(f"{self.job_id} is still {status} after {timeout:g} s")
@@ -200,13 +203,32 @@ def submit_sweep(experiment: str, overrides: Sequence[str], *, address: Optional
 
 # --------------------------------------------------------------------------- many jobs
 def list_jobs(*, sweep: Optional[str] = None, statuses: Sequence[str] = (), experiment: Optional[str] = None,
-              include_all: bool = False, address: Optional[str] = None) -> list[dict[str, Any]]:
+              include_all: bool = False, address: Optional[str] = None, keep: bool = False,
+              say: Any = None) -> list[dict[str, Any]]:
     """Rows of ``rayjobs list --json`` (oldest first): Ray's jobs, the queue's waiting and finished
-    ones, and the jobs of the local record the cluster forgot."""
+    ones, and the jobs of the local record the cluster forgot.
+
+    An ended job's final state, log tail and metrics are kept in the local record as the list
+    reads them (``$RAYJOBS_HOME/runs/<id>/final.json``, once per job); ``keep``: of every ended
+    job now, metrics read from the logs where the run dirs are not readable here (``rayjobs down``
+    does this before the teardown). When the cluster cannot be reached, the rows are the local
+    record's (``source`` "local"; ``final`` false for a job never seen ended) and ``say`` is told.
+
+    Raises:
+        ConfigError: an unknown status or experiment. ClusterUnreachable: with ``keep``, no cluster.
+    """
+    from rayjobs.errors import ClusterUnreachable
     from rayjobs.views import jobrows
 
     wanted = jobrows.parse_statuses(statuses)
-    d = _connect(address)
+    try:
+        d = _connect(address)
+    except ClusterUnreachable as e:
+        if keep:
+            raise
+        rows = jobrows.unreachable_rows(address, sweep, e, say)
+        rows = [r for r in rows if r["experiment"] == experiment] if experiment else rows
+        return [r for r in rows if r["status"] in wanted] if wanted else rows
     jobs = all_jobs(d)
     records = jobrows.missing_records((jobrows.field(j, "submission_id") for j in jobs), d.target.key, sweep)
     try:
@@ -219,7 +241,7 @@ def list_jobs(*, sweep: Optional[str] = None, statuses: Sequence[str] = (), expe
         records = [r for r in records if r["experiment"] == experiment]
         if not chosen and not records:
             _check_experiment(experiment, jobs)
-    rows = jobrows.rows(chosen, d) + records
+    rows = jobrows.rows(chosen, d, keep=keep) + records
     return [r for r in rows if r["status"] in wanted] if wanted else rows
 
 
@@ -426,9 +448,63 @@ def _record_resume(d: "Dashboard", old: str, new: str) -> None:
                   config_yaml=cfg.read_text() if cfg.is_file() else None)
 
 
+def rerun_job(job_id: str, overrides: Sequence[str] = (), *, address: Optional[str] = None, dry_run: bool = False,
+              dashboard: Optional["Dashboard"] = None, say: Any = None) -> Job:
+    """Run a job again under a new id: its recorded config with ``overrides``, with its own code.
+
+    The config is the job's local record (else its preset composed again, if that gives the same
+    config); the overrides are checked as a submit checks them; the code is the durable snapshot
+    the cluster's queue kept of the job, not the current directory (``rayjobs.submit.rerun``).
+
+    Args:
+        job_id: the job (or a unique prefix of its id), in any state.
+        overrides: Hydra overrides, as for a submit (``key=value``, ``+key=value``, ``~key``).
+        address: the cluster's dashboard (else the settings' precedence).
+        dry_run: check everything and print the JSON a submit's dry run prints; queue nothing.
+        dashboard: an open client to reuse. say: where one-line notes go (default: nowhere).
+
+    Returns:
+        The new job, queued (with ``dry_run``: the id it would have had; nothing is queued).
+
+    Raises:
+        NoSuchJob: no job matches. ConfigError: a refused override, or a job that is not rayjobs'.
+        SubmitError: the job's code snapshot is gone (nothing queued).
+    """
+    from rayjobs.client.dashboard import resolve_prefix
+    from rayjobs.submit import rerun
+    from rayjobs.views import jobrows
+
+    say = say or (lambda msg: None)
+    d = dashboard or _connect(address)
+    jobs = {jobrows.field(j, "submission_id"): j for j in all_jobs(d)}  # one read of Ray and the queue
+    old = resolve_prefix(job_id, set(jobs) - {None})
+    plan = rerun.plan(old, jobrows.meta(jobs[old]), overrides, address=address, dry_run=dry_run)
+    for note in plan.notes:
+        say(note)
+    if plan.dry_run:
+        from rayjobs.preflight import checks
+
+        checks.check_cluster(d, [plan.prepared])  # connected anyway: its versions and the GPU fit too
+        print(plan.report(), flush=True)
+        say(f"dry run: the rerun of {old} was checked as a submit checks it; nothing queued (whether the "
+            f"cluster still keeps its code snapshot is known only when it is queued)")
+        return Job(plan.job_id, dashboard=d)
+    new = rerun.send(d, plan)
+    say(f"{new}: reruns {old} (config from {plan.source}; its code snapshot)"
+        + (f" with {' '.join(overrides)}" if overrides else ""))
+    return Job(new, dashboard=d)
+
+
 def plot_jobs(job_ids: Sequence[str] = (), *, sweep: Optional[str] = None, metrics: Sequence[str] = (),
-              val: bool = True, output: str = "curves.png", address: Optional[str] = None) -> dict[str, Any]:
-    """Draw one PNG (a curve per job over steps, plus the val-core metrics); the plotted data."""
+              val: bool = True, output: str = "curves.png", address: Optional[str] = None,
+              say: Any = None) -> dict[str, Any]:
+    """Draw one PNG (a curve per job over steps, plus the val-core metrics); the plotted data.
+
+    What plot reads of an ended job (its metrics files or its log's step lines) is kept in the
+    local record; while the cluster cannot be reached, the jobs are drawn from there (``source``
+    "local"; ``say`` is told).
+    """
+    from rayjobs.errors import ClusterUnreachable
     from rayjobs.views import jobrows, plot
 
     if not job_ids and not sweep:
@@ -437,8 +513,16 @@ def plot_jobs(job_ids: Sequence[str] = (), *, sweep: Optional[str] = None, metri
         raise ConfigError(f"-o {output}: give a .png file name")
     from rayjobs.client.dashboard import resolve_prefix
 
-    d = _connect(address)
-    jobs = all_jobs(d)
+    try:
+        d: Optional["Dashboard"] = _connect(address)
+    except ClusterUnreachable as e:
+        d = None
+        rows = jobrows.unreachable_rows(address, sweep, e, say) if sweep else []
+        if say and not sweep:
+            say(f"cluster unreachable: plotting from the metrics kept in the local record. {e}")
+        jobs = jobrows.as_local_jobs(rows + [recorded_row(j, "", gone=True) for j in job_ids])
+    else:
+        jobs = all_jobs(d)
     by_id = {jobrows.field(j, "submission_id"): j for j in jobs}
     chosen = [by_id[resolve_prefix(j, by_id)] for j in job_ids]
     chosen += sorted(jobrows.select(jobs, sweep=sweep), key=jobrows.order) if sweep else []
@@ -455,8 +539,10 @@ def _connect(address: Optional[str]) -> "Dashboard":
     return connect(address)
 
 
-def recorded_row(job_id: str, cluster: str) -> dict[str, Any]:
-    """The local record's row for an id the cluster does not know.
+def recorded_row(job_id: str, cluster: str, *, gone: bool = False) -> dict[str, Any]:
+    """The local record's row for an id the cluster does not know (its final copy, if kept);
+    ``gone``: for any id while its cluster cannot be reached (the final copy, else what was last
+    seen of it; ``source`` "local").
 
     Raises:
         NoSuchJob: no record matches. JobNotFound: several do.
@@ -467,7 +553,11 @@ def recorded_row(job_id: str, cluster: str) -> dict[str, Any]:
 
     hits = ledger.lookup(job_id)
     if len(hits) == 1:
-        return jobrows.record_row(hits[0], cluster)
+        e = hits[0]
+        if gone:
+            where = str(e.get("address") or "the embedded local cluster")
+            return jobrows.local_row(e, ledger.seen(str(e.get("cluster") or e.get("address"))), where)
+        return jobrows.kept_row(e) or jobrows.record_row(e, cluster)
     if hits:
         raise JobNotFound(f"{job_id!r} matches {len(hits)} recorded jobs ({', '.join(h['id'] for h in hits[:4])}...); "
                           f"give more of the id")

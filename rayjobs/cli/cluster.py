@@ -64,11 +64,40 @@ def cluster_cmd(as_json: bool) -> None:
 @click.argument("name", required=False)
 @click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
 def down_cmd(name: Optional[str], yes: bool) -> None:
-    """Tear the cluster down (running jobs are lost; the storage bucket/volume is kept)."""
+    """Tear the cluster down (running jobs are lost; the storage bucket/volume is kept).
+
+    First every ended job of the connected cluster is kept in the local record (final state, log
+    tail, metrics), so `rayjobs list`, `status` and `plot` still show them afterwards.
+    """
     from rayjobs import settings
     from rayjobs.provision import skypilot
 
     name = name or settings.remembered_cluster().get("name") or skypilot.DEFAULT_NAME
     if not yes:
         click.confirm(f"Tear down the SkyPilot cluster {name!r}? Running jobs are lost", abort=True, err=True)
+    _keep_history(name)
     run_cli(lambda: skypilot.down(name))
+
+
+def _keep_history(name: str) -> None:
+    """Keep the final copy of every ended job of cluster ``name`` before it goes (never blocks the
+    teardown: an unreachable cluster or a failed read is said, and the teardown goes on)."""
+    from rayjobs import api, settings
+    from rayjobs.errors import RayjobsError
+    from rayjobs.shared import TERMINAL
+
+    def say(msg: str) -> None:
+        click.echo(f"rayjobs: {msg}", err=True)
+
+    target = settings.resolve_target(None)
+    if target.source != f"cluster {name}":
+        say(f"not keeping {name}'s jobs in the local record: the connected cluster is {target.address or 'the embedded one'} "
+            f"(`rayjobs connect {name}` first to keep them); `rayjobs list` keeps what it saw")
+        return
+    try:
+        rows = api.list_jobs(keep=True)
+    except RayjobsError as e:
+        say(f"could not keep {name}'s jobs in the local record ({e}); it has what list/status saw last")
+        return
+    ended = sum(1 for r in rows if r.get("status") in TERMINAL)
+    say(f"kept {ended} ended job(s) of {name} in the local record; {len(rows) - ended} not ended (lost with the cluster)")

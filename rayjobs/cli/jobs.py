@@ -87,8 +87,12 @@ def logs_cmd(job_id: str, lines: Optional[int], follow: bool, address: Optional[
 
     def go() -> int:
         from rayjobs.api import Job
+        from rayjobs.errors import ClusterUnreachable
 
-        job = Job.find(job_id, address=address)
+        try:
+            job = Job.find(job_id, address=address)
+        except ClusterUnreachable as e:
+            return _kept_log(job_id, e)
         if follow:
             return job.tail(live=False)
         wrote = False
@@ -103,10 +107,24 @@ def logs_cmd(job_id: str, lines: Optional[int], follow: bool, address: Optional[
     _exit(run_cli(_pipe_safe(go)))
 
 
+def _kept_log(job_id: str, e: Exception) -> int:
+    """``rayjobs logs`` with the cluster gone: the end of the log kept in the local record."""
+    from rayjobs import api
+    from rayjobs.submit import ledger
+
+    row = api.recorded_row(job_id, "", gone=True)
+    kept = ledger.kept_log_tail(row["id"])
+    if kept is None:
+        raise e
+    _say(f"cluster unreachable: the end of {row['id']}'s log kept in the local record. {e}")
+    sys.stdout.write(kept.decode("utf-8", "replace"))
+    return 0
+
+
 # --------------------------------------------------------------------------- status / list
-STATUS_FIELDS = ("status", "experiment", "sweep", "label", "overrides", "priority", "attempt", "queue_position",
+STATUS_FIELDS = ("status", "experiment", "sweep", "label", "overrides", "priority", "attempt", "failures", "queue_position",
                  "gpus", "submitted_at", "start_time", "end_time", "step", "total_steps", "checkpoint_step", "metrics", "wandb_url",
-                 "run", "resumed_from", "error", "message")
+                 "run", "resumed_from", "rerun_of", "error", "message")
 
 
 @main.command("status")
@@ -114,18 +132,30 @@ STATUS_FIELDS = ("status", "experiment", "sweep", "label", "overrides", "priorit
 @click.option("--json", "as_json", is_flag=True, help="One JSON object (id, status, experiment, sweep, overrides, priority, attempt, submitted_at, queue_position, ...).")
 @ADDRESS
 def status_cmd(job_id: str, as_json: bool, address: Optional[str]) -> None:
-    """Show one job: status, attempt, progress, latest metrics, W&B run."""
+    """Show one job: status, attempt, progress, latest metrics, W&B run.
+
+    An ended job's final state is kept in the local record; while its cluster cannot be reached,
+    that copy (or what was last seen of the job) is shown, marked, exit 0.
+    """
 
     def go() -> int:
         from rayjobs import api
-        from rayjobs.errors import NoSuchJob
+        from rayjobs.errors import ClusterUnreachable, NoSuchJob
+        from rayjobs.views import jobrows
 
-        d = _open(address)
         try:
-            row = api.Job.find(job_id, dashboard=d).row()
-        except NoSuchJob:  # not several: one that the cluster does not know (any more)
-            row = api.recorded_row(job_id, d.target.key)
-            _say(f"{row['id']} is not on the cluster; showing the local record")
+            d = _open(address)
+        except ClusterUnreachable as e:
+            row = api.recorded_row(job_id, "", gone=True)
+            what = "its final state kept here" if row.get("final") else "what was last seen of it (cluster gone)"
+            _say(f"cluster unreachable: {row['id']} from the local record, {what}. {e}")
+        else:
+            try:
+                row = api.Job.find(job_id, dashboard=d).row()
+                jobrows.keep_seen_row(d, row)
+            except NoSuchJob:  # not several: one that the cluster does not know (any more)
+                row = api.recorded_row(job_id, d.target.key)
+                _say(f"{row['id']} is not on the cluster; showing the local record")
         if as_json:
             click.echo(json.dumps(row, indent=2, default=str))
         else:
@@ -141,16 +171,27 @@ def status_cmd(job_id: str, as_json: bool, address: Optional[str]) -> None:
 @click.option("--experiment", default=None, metavar="E", help="Only jobs of experiment E.")
 @click.option("--json", "as_json", is_flag=True, help="A JSON list of job objects.")
 @click.option("--all", "include_all", is_flag=True, help="Include Ray jobs not submitted by rayjobs.")
+@click.option("--keep", is_flag=True,
+              help="Keep every ended job's final state, log tail and metrics in the local record now (rayjobs down does).")
 @ADDRESS
 def list_cmd(sweep: Optional[str], statuses: tuple[str, ...], experiment: Optional[str], as_json: bool,
-             include_all: bool, address: Optional[str]) -> None:
-    """List jobs (oldest first): id, experiment, overrides, status, attempt, GPUs, age, step, score."""
+             include_all: bool, keep: bool, address: Optional[str]) -> None:
+    """List jobs (oldest first): id, experiment, overrides, status, attempt, GPUs, age, step, score.
+
+    While the cluster cannot be reached: its jobs from the local record (STATUS* = the final state
+    kept here; "(cluster gone)" = last seen, may have changed), exit 0.
+    """
 
     def go() -> int:
         from rayjobs import api
 
         rows = api.list_jobs(sweep=sweep, statuses=statuses, experiment=experiment, include_all=include_all,
-                             address=address)
+                             address=address, keep=keep, say=_say)
+        if keep:
+            from rayjobs.submit import ledger
+
+            n = sum(1 for r in rows if r.get("status") in TERMINAL and ledger.is_kept(str(r["id"])))
+            _say(f"the local record keeps the final state of {n} ended job(s) ({ledger.run_dir('ID')})")
         if as_json:
             click.echo(json.dumps(rows, indent=2, default=str))
         else:
@@ -179,9 +220,14 @@ def _status_text(row: dict[str, Any]) -> str:
             v = " ".join(str(v).split())[:300]
         elif k == "attempt":
             v = jobrows.attempt_text(row) or v
-        elif k == "status" and row.get("cause"):
-            v = f"{v} ({row['cause']})"
+        elif k == "failures":  # one line per failed attempt, its cause
+            v = "".join(f"\n  {f}" for f in v)
+        elif k == "status":
+            v = _cells(dict(row, queue_position=None), time.time())[4]  # the position has its line
         lines.append(f"{k}: {v}")
+    if row.get("source") == "local":
+        lines.append(f"source: the local record (kept {row['kept_at']})" if row.get("kept_at") else
+                     f"source: the local record (last seen {row.get('seen_at') or 'at submit'})")
     return "\n".join(lines)
 
 
@@ -231,15 +277,22 @@ def _rich_table(rows: list[dict[str, Any]], cells: list[list[str]]) -> None:
 
 
 def _cells(r: dict[str, Any], now: float) -> list[str]:
-    """One row of :data:`LIST_COLUMNS` as text (empty where the job has no value)."""
+    """One row of :data:`LIST_COLUMNS` as text (empty where the job has no value). STATUS:
+    ``QUEUED #3``, ``FAILED (cause)``; from the local record ``SUCCEEDED*`` (the final state kept),
+    ``RUNNING (cluster gone)`` (last seen), ``UNKNOWN (record)`` (a job no command saw)."""
     from datetime import datetime
 
     from rayjobs.views import jobrows
     from rayjobs.views.panel import fmt_num
 
     status = r["status"] + (f" #{r['queue_position']}" if r.get("queue_position") is not None else "")
-    if r.get("cause"):
-        status += f" ({r['cause']})"
+    local = r.get("source") == "local"
+    if local and r.get("final"):
+        status = r["status"] + "*"
+    if r.get("cause"):  # the kind only (``node lost``); status shows the whole line
+        status += f" ({str(r['cause']).split(': ', 1)[0]})"
+    if local and not r.get("final"):
+        status += " (cluster gone)"
     if r.get("source") == "record":
         status += " (record)"
     try:
@@ -317,6 +370,29 @@ def resume_cmd(job_id: str, address: Optional[str]) -> None:
     _exit(run_cli(go))
 
 
+@main.command("rerun")
+@click.argument("job_id")
+@click.argument("overrides", nargs=-1)
+@click.option("--dry-run", is_flag=True, help="Check as a submit does and print the JSON of its dry run; queue nothing.")
+@ADDRESS
+def rerun_cmd(job_id: str, overrides: tuple[str, ...], dry_run: bool, address: Optional[str]) -> None:
+    """Run a job again under a new id: its recorded config with OVERRIDES (key=value, +key=value, ~key),
+    and its own code (the snapshot the cluster's queue kept), not the current directory.
+
+    Prints the new job's id on stdout (with --dry-run: the dry run's JSON).
+    """
+
+    def go() -> int:
+        from rayjobs import api
+
+        job = api.rerun_job(job_id, overrides, address=address, dry_run=dry_run, say=_say)
+        if not dry_run:
+            click.echo(job.job_id)
+        return 0
+
+    _exit(run_cli(go))
+
+
 # --------------------------------------------------------------------------- plot
 @main.command("plot")
 @click.argument("job_ids", nargs=-1)
@@ -334,7 +410,7 @@ def plot_cmd(job_ids: tuple[str, ...], sweep: Optional[str], metric_names: tuple
         from rayjobs import api
 
         data = api.plot_jobs(job_ids, sweep=sweep, metrics=metric_names, val=not no_val, output=output,
-                             address=address)
+                             address=address, say=_say)
         click.echo(json.dumps(data) if as_json else output)
         _say(f"wrote {output} ({len(data['jobs'])} job(s): {', '.join(data['metrics'])})")
         empty = [f"{j['id']} ({j.get('status') or '?'})" for j in data["jobs"] if not j.get("steps")]

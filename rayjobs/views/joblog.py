@@ -43,13 +43,24 @@ def iter_log(d: "Dashboard", job_id: str, *, tail: Optional[int] = None, clean: 
 
 
 def recorded_log(d: "Dashboard", job_id: str, tail: Optional[int], clean: bool) -> Iterator[str]:
-    """The driver log of a job the queue finished and Ray no longer lists (by its file name)."""
+    """The driver log of a job the queue finished and Ray no longer lists (by its file name),
+    streamed in chunks of whole lines (a 100k-line log is never held in memory)."""
+    from rayjobs.client.dashboard import LOG_FILE, DashboardDown
     from rayjobs.views import logparse
     from rayjobs.views.queuestatus import QueueView
 
     log = (QueueView.read(d).history.get(job_id) or {}).get("log") or {}
     if not log.get("node_id"):
         return
-    body = d.node_file(log["node_id"], log["file"], tail if tail is not None else -1) or b""
-    text = body.decode("utf-8", "replace")
-    yield logparse.clean_block(text) if clean else text
+    params = {"node_id": log["node_id"], "filename": log["file"], "lines": tail if tail is not None else -1}
+    split = logparse.LineSplitter()
+    with d.get(LOG_FILE, params, stream=True, read_timeout=30.0) as r:
+        if r.status_code != 200:
+            return
+        try:
+            for chunk in r.iter_content(chunk_size=1 << 16):
+                yield logparse.clean_block(split.feed_text(chunk)) if clean else chunk.decode("utf-8", "replace")
+        except Exception as e:  # noqa: BLE001  (requests' own errors: the dashboard went away mid-read)
+            raise DashboardDown(f"reading the log of {job_id} broke off ({e})") from e
+    if clean:
+        yield "".join(logparse.clean(x) + "\n" for x in split.flush())

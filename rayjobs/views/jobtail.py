@@ -113,6 +113,10 @@ def tail(d: "Dashboard", job_id: str, live: Optional[bool] = None, interval: flo
              f"Stop it: rayjobs stop {job_id}")
         return DETACHED
     status = follower.status
+    if status in TERMINAL:
+        from rayjobs.views import jobrows
+
+        jobrows.keep_job(d, follower.job)  # the end of a tail keeps the final copy (once)
     if not live:
         _say(status_line(job_id, status, progress))
     if status == "FAILED":

@@ -3,14 +3,14 @@
 ``rayjobs.oncluster.runner`` points verl's file logger at ``<run_dir>/metrics.<attempt>.jsonl`` (one
 ``{"step": N, "data": {...}}`` per line), so the history of a run survives its log and a resumed
 attempt adds a file instead of rewriting one. Read where the storage is visible (the cluster, or a
-laptop with it mounted); the console log (:mod:`rayjobs.views.logparse`) is the fallback.
+laptop with it mounted); the console log's step lines (:func:`history_from_log`) are the fallback.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Iterable, Iterator, Optional
+from typing import Any, Iterable, Iterator, Optional
 
 
 def jsonl_files(run_dir: Optional[str]) -> list[Path]:
@@ -75,3 +75,28 @@ def last_jsonl_record(path: Path, window: int = 1 << 16) -> Optional[tuple[int, 
         except (ValueError, KeyError, TypeError, AttributeError):
             continue
     return None
+
+
+def history_from_log(dash: Any, job: Any) -> dict[int, dict[str, float]]:
+    """{step: metrics} from the job's console log (step lines; a later attempt's steps win)."""
+    from rayjobs.views import logparse
+    from rayjobs.views.jobfields import field
+
+    node = field(job, "driver_node_id")
+    if not node or dash is None:
+        return {}
+    out: dict[int, dict[str, float]] = {}
+    split = logparse.LineSplitter()
+    for chunk in dash.iter_log(field(job, "submission_id"), node, -1):
+        text = split.feed_text(chunk)
+        if "step:" not in text and "validation metrics:" not in text:
+            continue
+        for line in logparse.clean_block(text).split("\n"):
+            b = logparse.body(line)
+            parsed = logparse.parse_step(b) if "step:" in b else None
+            if parsed:
+                step, data = parsed
+                for s in [s for s in out if s > step]:  # a resumed attempt redoes these steps
+                    del out[s]
+                out.setdefault(step, {}).update(data)
+    return dict(sorted(out.items()))

@@ -2,7 +2,8 @@
 
 Data per job: verl's metrics JSONL (``<run_dir>/metrics.<attempt>.jsonl``, attempts merged so a
 resumed attempt replaces the steps it redid) when that dir is readable here, else the step lines
-of the job's log, streamed (constant memory). :func:`collect` returns the data (tests check it;
+of the job's log, streamed (constant memory; an ended job's are then kept), else -- the cluster
+gone, the log with it -- the copy the job left in the local record (``rayjobs.submit.ledger``). :func:`collect` returns the data (tests check it;
 ``--json`` prints it); :func:`render` draws it with matplotlib (optional extra ``rayjobs[plot]``).
 """
 
@@ -12,7 +13,6 @@ import math
 from typing import Any, Optional, Sequence
 
 from rayjobs.views import metricfiles
-from rayjobs.views import logparse
 from rayjobs.errors import ConfigError, RayjobsError, did_you_mean
 from rayjobs.shared import TERMINAL
 from rayjobs.views.jobfields import field, meta, status_of
@@ -21,30 +21,9 @@ from rayjobs.views.jobrows import overrides_label
 DEFAULT_METRIC = "critic/score/mean"
 
 
-def history_from_log(dash: Any, job: Any) -> dict[int, dict[str, float]]:
-    """{step: metrics} from the job's console log (step lines; a later attempt's steps win)."""
-    node = field(job, "driver_node_id")
-    if not node or dash is None:
-        return {}
-    out: dict[int, dict[str, float]] = {}
-    split = logparse.LineSplitter()
-    for chunk in dash.iter_log(field(job, "submission_id"), node, -1):
-        text = split.feed_text(chunk)
-        if "step:" not in text and "validation metrics:" not in text:
-            continue
-        for line in logparse.clean_block(text).split("\n"):
-            b = logparse.body(line)
-            parsed = logparse.parse_step(b) if "step:" in b else None
-            if parsed:
-                step, data = parsed
-                for s in [s for s in out if s > step]:  # a resumed attempt redoes these steps
-                    del out[s]
-                out.setdefault(step, {}).update(data)
-    return dict(sorted(out.items()))
-
-
 def history(dash: Any, job: Any) -> tuple[dict[int, dict[str, float]], str]:
-    """(history, source) for one job: the JSONL if readable here, else its log."""
+    """(history, source) for one job: the JSONL if readable here, else its log, else (no cluster,
+    no log any more) the copy an ended job left in the local record (``local``)."""
     files = metricfiles.jsonl_files(meta(job).get("run_dir"))
     if files:
         merged = metricfiles.merge_attempts(metricfiles.read_jsonl(f) for f in files)
@@ -52,7 +31,43 @@ def history(dash: Any, job: Any) -> tuple[dict[int, dict[str, float]], str]:
         # verl's file logger flushed leaves it empty while its log has the steps.
         if merged:
             return merged, "jsonl"
-    return history_from_log(dash, job), "log"
+    kept = kept_history(job)
+    if dash is None or not field(job, "driver_node_id"):
+        return (kept, "local") if kept is not None else ({}, "log")
+    try:
+        h = metricfiles.history_from_log(dash, job)
+    except RayjobsError:
+        if kept is None:
+            raise
+        return kept, "local"
+    return (h, "log") if h or kept is None else (kept, "local")
+
+
+def kept_history(job: Any) -> Optional[dict[int, dict[str, float]]]:
+    """The metrics kept in the local record for an ended job (None if none were kept)."""
+    from rayjobs.submit import ledger
+
+    jid = str(field(job, "submission_id"))
+    if not (status_of(job) in TERMINAL or field(job, "from_record")):
+        return None
+    doc = ledger.kept(jid)
+    if doc is None or not doc.get("metrics_from"):
+        return None
+    return metricfiles.merge_attempts(metricfiles.read_jsonl(f) for f in metricfiles.jsonl_files(str(ledger.run_dir(jid))))
+
+
+def keep_histories(dash: Any, jobs: Sequence[Any], hists: Sequence[tuple[dict[int, dict[str, float]], str]]) -> None:
+    """What plot just read of an ended job goes into its final copy, so it is read once (the log
+    of a remote cluster's job, streamed here anyway, is the only place its curve is)."""
+    from rayjobs.submit import ledger
+    from rayjobs.views import jobrows
+
+    for job, (h, src) in zip(jobs, hists):
+        if field(job, "from_record") or status_of(job) not in TERMINAL or src == "local":
+            continue
+        jid = str(field(job, "submission_id"))
+        if src == "log" or not ledger.is_kept(jid):
+            jobrows.keep_job(dash, job, history=h if src == "log" else None)
 
 
 def labels(jobs: Sequence[Any]) -> list[str]:
@@ -71,6 +86,8 @@ def collect(dash: Any, jobs: Sequence[Any], metric_names: Optional[Sequence[str]
     Without ``metric_names``: critic/score/mean; with ``val``, plus every ``val-core/*`` key seen.
     """
     hists = [history(dash, j) for j in jobs]
+    if dash is not None:
+        keep_histories(dash, jobs, hists)
     names = list(metric_names or [DEFAULT_METRIC])
     check_metrics(metric_names or [], [h for h, _ in hists])
     if val:
