@@ -92,6 +92,11 @@ class Job:
             if job is None:
                 return recorded_row(self.job_id, d.target.key)
         row = jobrows.base_row(job)
+        if row["status"] in TERMINAL and not jobrows.field(job, "from_queue"):
+            from rayjobs.client import queuechannel
+
+            # what the queue's reaper killed of it is in the queue's history only, not in Ray's details
+            row["reaped"] = list((queuechannel.read_history(d).get(self.job_id) or {}).get("reaped") or [])
         if progress:
             row = jobrows.add_progress(row, job, d, lines=2000, head_scan=True)
         if row["attempt"] is None:

@@ -126,7 +126,7 @@ def test_a_new_checkpoint_resets_the_retry_budget(cluster, client, workdir):
 
 @pytest.mark.parametrize("args, kind", [
     (("+fake.config_error=true",), "config error: omegaconf.errors.ConfigAttributeError"),
-    (("+fake.reward_error=true", "custom_reward_function.path=my_reward.py"), "error in your reward function: KeyError"),
+    (("+fake.reward_error=true", "reward.custom_reward_function.path=my_reward.py"), "error in your reward function: KeyError"),
 ])
 def test_errors_in_the_run_itself_are_not_retried(cluster, client, workdir, args, kind):
     (workdir / "my_reward.py").write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
@@ -222,3 +222,16 @@ def test_only_a_resume_without_a_step_is_no_progress():
     assert judge(0, attemptlog.AttemptLog(6, None, ""), 6, {}, []) is None  # resumed at the end: done
     assert judge(0, attemptlog.AttemptLog(6, 3, ""), 2, {}, []) is None  # trained a step: progress
     assert judge(0, attemptlog.AttemptLog(None, None, ""), 2, {}, []) is None  # not verl-like: exit 0 is all
+
+
+def test_what_a_failed_attempt_left_is_ended_before_the_retry(cluster, client, workdir):
+    sid = submit(workdir, "rayjobs.max_retries=1", "trainer.save_freq=1", "+fake.steps=3", "+fake.fail_at=2",
+                 "+fake.orphan=true")
+    assert wait_terminal(client, sid, 180) == "SUCCEEDED", log(client, sid)
+    text = log(client, sid)
+    orphans = [int(p) for p in re.findall(r"orphan pid (\d+)", text)]
+    assert len(orphans) == 2, text  # one per attempt
+    ended = re.search(rf"\[rayjobs\] ended before the next attempt: pid {orphans[0]} \(python\S*\) SIG(?:TERM|KILL)", text)
+    assert ended, text  # attempt 1's orphan (deaf to SIGTERM) is gone before attempt 2 starts
+    assert text.index(ended.group(0)) < text.index("[rayjobs] attempt 2 of run")
+    wait_until(lambda: not Path(f"/proc/{orphans[1]}").exists(), 60, "the last attempt's orphan reaped by the queue")

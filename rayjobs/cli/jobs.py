@@ -124,7 +124,7 @@ def _kept_log(job_id: str, e: Exception) -> int:
 # --------------------------------------------------------------------------- status / list
 STATUS_FIELDS = ("status", "experiment", "sweep", "label", "overrides", "priority", "attempt", "failures", "queue_position",
                  "gpus", "submitted_at", "start_time", "end_time", "step", "total_steps", "checkpoint_step", "metrics", "wandb_url",
-                 "run", "resumed_from", "rerun_of", "error", "message")
+                 "run", "resumed_from", "rerun_of", "error", "reaped", "message")
 
 
 @main.command("status")
@@ -218,6 +218,8 @@ def _status_text(row: dict[str, Any]) -> str:
             v = f"{v}/{row['total_steps']}"
         elif k == "message":
             v = " ".join(str(v).split())[:300]
+        elif k == "reaped":
+            v = "; ".join(v)
         elif k == "attempt":
             v = jobrows.attempt_text(row) or v
         elif k == "failures":  # one line per failed attempt, its cause

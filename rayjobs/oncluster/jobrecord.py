@@ -5,6 +5,7 @@ but the final metrics file)."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -48,8 +49,9 @@ def lost_attempt(rec: dict[str, Any]) -> dict[str, Any]:
 
 
 def finish_record(rec: dict[str, Any], status: str, message: str = "",
-                  info: Optional[dict[str, Any]] = None) -> dict[str, Any]:
-    """A record once its job ended: status, Ray's message, where the log is, the final metrics."""
+                  info: Optional[dict[str, Any]] = None, reaped: Optional[list[str]] = None) -> dict[str, Any]:
+    """A record once its job ended: status, Ray's message, where the log is, the final metrics, and
+    what the reaper (:mod:`rayjobs.oncluster.reaper`) had to end of it (``reaped``: one line each)."""
     info = info or {}
     meta = (rec.get("spec") or {}).get("metadata") or {}
     msg = message or str(info.get("message") or "").split(", last available logs")[0]
@@ -65,7 +67,22 @@ def finish_record(rec: dict[str, Any], status: str, message: str = "",
     ckpt = saved_step(meta.get("checkpoint_dir"))
     if ckpt is not None:  # what `rayjobs resume` starts from
         out["checkpoint_step"] = ckpt
+    if reaped:  # added to what an earlier run of the job (lost with the head) left, if any
+        out["reaped"] = list(rec.get("reaped") or []) + list(reaped)
+    cause = runner_cause(str(info.get("message") or "")) if status == "FAILED" and not message else None
+    if cause:
+        out["cause"] = cause
     return out
+
+
+#: The runner's last line when it gives up (rayjobs.oncluster.runner.fail): "job failed: <cause> (<why>)".
+RUNNER_CAUSE = re.compile(r"\[rayjobs\] job failed: (?P<cause>.+?)(?: \((?:not retried|no retry left|RAYJOBS_MAX)[^\n]*\))?\s*$", re.M)
+
+
+def runner_cause(message: str) -> Optional[str]:
+    """The one-line cause the runner gave (Ray's job message quotes the log's end), or None."""
+    found = RUNNER_CAUSE.findall(message)
+    return " ".join(found[-1].split())[:300] if found else None
 
 
 def last_metrics(run_dir: Optional[str]) -> Optional[dict[str, Any]]:
@@ -94,4 +111,5 @@ def history_row(rec: dict[str, Any]) -> dict[str, Any]:
             "queued_at": rec.get("queued_at"), "admitted_at": rec.get("admitted_at"),
             "finished_at": rec.get("finished_at"), "start_time": rec.get("start_time"), "end_time": rec.get("end_time"),
             "message": rec.get("message"), "lost": rec.get("lost", 0), "log": rec.get("log"), "final": rec.get("final"),
-            "pruned": bool(rec.get("pruned")), "cause": rec.get("cause"), "checkpoint_step": rec.get("checkpoint_step")}
+            "pruned": bool(rec.get("pruned")), "cause": rec.get("cause"), "checkpoint_step": rec.get("checkpoint_step"),
+            "reaped": list(rec.get("reaped") or [])}

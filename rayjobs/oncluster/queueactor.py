@@ -18,6 +18,9 @@ jobs whose trainer has no placement group yet. A job without GPU groups starts a
 * Stop: a waiting job is cancelled through the store (it never starts); a running one by Ray.
 * Standby: the first waiting job is pre-started in Ray, its runner held until admission
   (:mod:`rayjobs.oncluster.standby`): one at a time, so the GPUs wait ~10 ms, not Ray's job start.
+* Clean GPUs: when a job ends, what it left running on the nodes (an orphaned engine holding GPU
+  memory) is ended first (:mod:`rayjobs.oncluster.reaper`, in the pool); until that is done no job
+  is admitted onto GPUs, and what had to be killed goes into the job's record (``reaped``).
 * History: finished jobs stay in the store and in a history file the laptop reads; Ray's own job
   table is pruned of them after ``RAYJOBS_RETENTION_S`` (head env, default 6 h), so a cluster that
   ran thousands of jobs keeps a fast dashboard.
@@ -37,13 +40,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from rayjobs.oncluster import capacity, clusterstate
+from rayjobs.oncluster import capacity, clusterstate, reaper
 from rayjobs.oncluster.jobrecord import finish_record, history_row, lost_attempt, submit_kwargs
 from rayjobs.oncluster.request import Request, request_from_record
 from rayjobs.oncluster.standby import Standby
 from rayjobs.oncluster.statusfile import MIN_GAP_S, PROTOCOL, REWRITE_S, StatusFile
 from rayjobs.oncluster.store import ADMITTED, DONE, WAITING, QueueStore
-from rayjobs.shared import ROLE_KEY, TERMINAL
+from rayjobs.shared import ROLE_KEY, TERMINAL, stamp
 
 NAMESPACE = "rayjobs"
 ACTOR_NAME = "queue"
@@ -58,6 +61,11 @@ FAST_POLL_S, FAST_POLL_EVERY_S = 3.0, 0.02  #: after a job ended, this long this
 STATUS_POLL_S = 0.5  #: ask Ray how the admitted jobs are this often
 HEARTBEAT_S = 1.0
 STANDBY_CALM_S = 2.0  #: no job is pre-started this long after a waiting one was stopped
+#: A trainer that left its GPUs (its Ray drivers dead) holds further GPU admissions until its job has
+#: ended and been reaped, but no longer than this (a runner that hangs after its trainer exited). More
+#: than the head's stop grace (RAY_JOB_STOP_WAIT_TIME_S=60): a stopped job's descendants deaf to
+#: SIGTERM are killed by Ray only then, and may hold GPU memory until they are.
+ENDING_MAX_S = 90.0
 #: A finished job's code snapshot is kept this long (for a rerun; default 7 days).
 CODE_RETENTION_ENV = "RAYJOBS_CODE_RETENTION_S"
 PRUNE_EVERY_ENV = "RAYJOBS_PRUNE_EVERY_S"  #: how often the queue prunes Ray's job table (default 60 s)
@@ -86,6 +94,9 @@ class _Entry:
     busy: Optional[Future] = None  #: a call to the Jobs API in flight for it (submit, poll, stop)
     in_ray: bool = False  #: its Ray job exists (the submit returned)
     stop_asked: bool = False  #: a stop came before Ray had the job: stop it once the submit returns
+    ended: str = ""  #: how its Ray job ended (a status, or LOST) while what it left is reaped
+    ending_since: float = 0.0  #: (monotonic) its trainer's drivers are dead, its Ray job not ended yet
+    early: Optional[Future] = None  #: the reap started as soon as its trainer's drivers were dead
 
     def metadata(self) -> dict[str, Any]:
         return dict((self.rec.get("spec") or {}).get("metadata") or {})
@@ -103,6 +114,7 @@ class QueueActor:
         self.pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="rayjobs-queue")
         self.waiting: dict[str, _Entry] = {}
         self.admitted: dict[str, _Entry] = {}
+        self.reaping: dict[str, _Entry] = {}  #: ended jobs whose leftovers are being ended (reaper)
         self.backfill_s = float(os.environ.get(BACKFILL_ENV, DEFAULT_BACKFILL_S))
         self.retention_s = float(os.environ.get(RETENTION_ENV, DEFAULT_RETENTION_S))
         self.prune_every_s = float(os.environ.get(PRUNE_EVERY_ENV, 60.0))
@@ -161,12 +173,12 @@ class QueueActor:
             status = str(self.d.sdk.get_job_status(rec["id"])).split(".")[-1]
         except Exception as e:  # noqa: BLE001
             if _unknown_to_ray(e):  # its head restarted since it was admitted
-                self._lost(rec)
+                self._ended(_Entry(rec, request_from_record(rec)), "LOST")
             else:
                 self._admit_entry(_Entry(rec, request_from_record(rec)), resume=True)
             return
         if status in TERMINAL:
-            self._finish(rec, status)
+            self._ended(_Entry(rec, request_from_record(rec)), status)
         else:
             self._admit_entry(_Entry(rec, request_from_record(rec)), resume=True)
 
@@ -214,9 +226,12 @@ class QueueActor:
         self._take_inbox()
         self._take_requests()
         self._collect()
+        self._collect_reaped()
         if now - self._polled >= STATUS_POLL_S:
             self._polled = now
             self._poll_admitted()
+        else:  # a job whose trainer has left its GPUs: its end (and reap) is what admission waits for
+            self._poll_admitted(only_ending=True)
         self._schedule()
         self._write_status()
         if now - self._beat >= HEARTBEAT_S:
@@ -284,9 +299,9 @@ class QueueActor:
         except Exception as e:  # noqa: BLE001
             return "LOST" if _unknown_to_ray(e) else "?"
 
-    def _poll_admitted(self) -> None:
+    def _poll_admitted(self, only_ending: bool = False) -> None:
         for sid, e in self.admitted.items():
-            if e.busy is None:
+            if e.busy is None and (e.ending_since or not only_ending):
                 e.busy = self.pool.submit(self._status, sid)
 
     def _collect(self) -> None:
@@ -302,15 +317,54 @@ class QueueActor:
                 if result[0] == "error":
                     self.admitted.pop(sid)
                     self._finish(e.rec, "FAILED", f"Ray refused the job at admission: {result[1]}")
-            elif result in TERMINAL:
+            elif result in TERMINAL or result == "LOST":
                 self.admitted.pop(sid)
-                self._finish(e.rec, result)
-            elif result == "LOST":
-                self.admitted.pop(sid)
-                self._lost(e.rec)
+                self._ended(e, result)
 
-    def _finish(self, rec: dict[str, Any], status: str, message: str = "") -> None:
-        done = finish_record(rec, status, message, self._info(rec["id"]) if not message else None)
+    # ---------------------------------------------------------------- an ended job's leftovers
+    def _ended(self, e: _Entry, outcome: str) -> None:
+        """Its Ray job ended (``outcome``: a status) or Ray lost it (LOST): end what it left on the
+        nodes (in the pool), then finish it (:meth:`_settle`). Its GPUs go to no one meanwhile."""
+        if not reaper.enabled():
+            self._settle(e.rec, outcome, [], None)
+            return
+        e.ended, e.busy = outcome, self.pool.submit(self._reap, e.req.id, outcome)
+        self.reaping[e.req.id] = e
+        self._fast_until = time.monotonic() + FAST_POLL_S  # see the reap's end within 20 ms
+
+    def _reap(self, sid: str, outcome: str) -> tuple[list[str], Optional[dict[str, Any]]]:
+        """(in the pool) The reaper's lines for job ``sid``, and Ray's details of it (if it ended)."""
+        t = time.monotonic()
+        try:
+            lines = reaper.reap_job(sid)
+        except Exception as e:  # noqa: BLE001 (Ray refused the tasks: the job still finishes)
+            lines = [f"reaping failed: {type(e).__name__}: {' '.join(str(e).split())[:200]}"]
+        self._note("reap took", f"{sid}: {time.monotonic() - t:.3f} s")  # (the benchmark's breakdown)
+        return lines, (self._info(sid) if outcome in TERMINAL else None)
+
+    def _collect_reaped(self) -> None:
+        for sid, e in list(self.reaping.items()):
+            if e.busy is not None and e.busy.done():
+                self.reaping.pop(sid)
+                lines, info = e.busy.result()
+                early = e.early.result() if e.early is not None and e.early.done() else []
+                self._settle(e.rec, e.ended, early + [ln for ln in lines if ln not in early], info)
+
+    def _settle(self, rec: dict[str, Any], outcome: str, reaped: list[str], info: Optional[dict[str, Any]]) -> None:
+        """Finish (or, LOST, requeue) a job once its leftovers are gone; say what had to be ended."""
+        if reaped:
+            self._note("reaped", f"{rec['id']}: {'; '.join(reaped)}"[:2000])
+            print(f"[rayjobs] {stamp()} reaped after {rec['id']}: {'; '.join(reaped)}", flush=True)  # the actor's log
+        if outcome == "LOST":
+            self._lost(dict(rec, reaped=list(rec.get("reaped") or []) + reaped) if reaped else rec)
+        else:
+            self._finish(rec, outcome, info=info, reaped=reaped)
+
+    def _finish(self, rec: dict[str, Any], status: str, message: str = "", info: Optional[dict[str, Any]] = None,
+                reaped: Optional[list[str]] = None) -> None:
+        if info is None and not message:
+            info = self._info(rec["id"])
+        done = finish_record(rec, status, message, info, reaped)
         self.store.put(done)
         self.status.append_history(history_row(done))
         self._fast_until = time.monotonic() + FAST_POLL_S
@@ -346,6 +400,8 @@ class QueueActor:
                 self._admit_entry(e)
             return
         self._refresh_unplaced(created)
+        if self._gpus_held():
+            return
         self._admit_fitting(nodes)
         self._offer_standby()
 
@@ -363,6 +419,42 @@ class QueueActor:
         for e in self.admitted.values():
             left = clusterstate.unplaced(e.req.groups, e.req.id, created, e.req.retries > 0, e.unplaced)
             e.unplaced = e.unplaced if left is None else left
+            self._watch_ending(e)
+
+    def _watch_ending(self, e: _Entry) -> None:
+        """Has this job's trainer left its GPUs (its Ray drivers all dead, no retry to come)? Ray then
+        shows them free while the trainer's process, and what it leaves behind, may still hold their
+        memory: they go to no one until the job has ended and been reaped (:meth:`_gpus_held`)."""
+        if e.ending_since or not e.in_ray or not e.req.groups or e.req.retries or e.unplaced:
+            return
+        found = clusterstate.drivers(e.req.id)
+        if found and all(found.values()):
+            e.ending_since = time.monotonic()
+            self._fast_until = time.monotonic() + FAST_POLL_S
+            # No attempt follows (no retry), and the runner carries no mark: reap now, so the GPUs go
+            # to the next job once this is done, not only once Ray has seen the job end (~1.5 s more).
+            e.early = self.pool.submit(self._reap_early, e.req.id) if reaper.enabled() else None
+
+    def _reap_early(self, sid: str) -> list[str]:
+        """(in the pool) The reap of a job whose trainer has exited; its lines."""
+        try:
+            return reaper.reap_job(sid, spare_live=True)
+        except Exception as e:  # noqa: BLE001 (the reap at the job's end tries again)
+            return [f"reaping failed: {type(e).__name__}: {' '.join(str(e).split())[:200]}"]
+
+    def _gpus_held(self) -> bool:
+        """Must GPU admissions wait: a job that used GPUs has ended (or its trainer has) and what it
+        left on the nodes is not reaped yet? Which node's GPUs Ray frees is not known here: all wait."""
+        if not reaper.enabled():
+            return False
+        now = time.monotonic()
+
+        def reaped(e: _Entry) -> bool:  # its early reap (at its trainer's exit) is done
+            return e.early is not None and e.early.done()
+
+        return (any(e.req.groups and not reaped(e) for e in self.reaping.values())
+                or any(e.ending_since and not reaped(e) and now - e.ending_since < ENDING_MAX_S
+                       for e in self.admitted.values()))
 
     def _admit_fitting(self, nodes: list[capacity.Node]) -> None:
         reserved = [g for e in self.admitted.values() for g in e.unplaced]

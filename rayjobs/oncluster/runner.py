@@ -282,6 +282,7 @@ def run_attempts(argv: list[str], meta: dict[str, Any], base_env: dict[str, str]
         if used >= retries:
             return fail(cause, f"no retry left (rayjobs.max_retries={retries})")
         used += 1
+        reap_before_retry(str(meta.get("job_submission_id") or ""))
         log(f"retrying ({used}/{retries}); verl resumes from the checkpoint dir (resume_mode=auto)")
     return fail(Cause("error", False, f"{MAX_ATTEMPTS} attempts"), "RAYJOBS_MAX_ATTEMPTS reached")
 
@@ -313,6 +314,21 @@ def attempt_env(argv: list[str], meta: dict[str, Any], base_env: dict[str, str],
     return env, cmd
 
 
+def reap_before_retry(job_id: str) -> None:
+    """End what the failed attempt left on the nodes (an orphaned engine holding GPU memory)
+    before the next one starts on the same GPUs (:mod:`rayjobs.oncluster.reaper`)."""
+    from rayjobs.oncluster import reaper
+
+    if not job_id or not reaper.enabled():
+        return
+    try:
+        lines = reaper.reap_job(job_id)
+    except Exception as e:  # noqa: BLE001 (the retry goes on; the queue reaps again at the job's end)
+        lines = [f"reaping failed: {type(e).__name__}: {' '.join(str(e).split())[:200]}"]
+    for line in lines:
+        log(f"ended before the next attempt: {line}")
+
+
 def checkpoint_before(meta: dict[str, Any]) -> Optional[int]:
     """The step an attempt resumes from; a half-written newer save is moved aside first."""
     for moved in checkpointwatch.set_aside_incomplete(meta.get("checkpoint_dir")):
@@ -336,7 +352,9 @@ def judge(code: int, out: attemptlog.AttemptLog, start_ckpt: Optional[int], meta
         if start_ckpt and out.total_steps is not None and at < out.total_steps and not trained and not val_only:
             return failurecause.no_progress(at, out.total_steps)
         return None
-    rewards = [a.split("=", 1)[1].strip("'\"") for a in argv if a.lstrip("+").startswith("custom_reward_function.path=")]
+    # verl 0.9.1's reward.custom_reward_function.path, or the older top-level key
+    rewards = [a.split("=", 1)[1].strip("'\"") for a in argv
+               if "=" in a and a.split("=", 1)[0].lstrip("+~").endswith("custom_reward_function.path")]
     return failurecause.classify(code, out.tail, reward_files=rewards)
 
 

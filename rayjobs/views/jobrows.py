@@ -108,6 +108,7 @@ def base_row(job: Any, over: Optional[dict[str, Any]] = None) -> dict[str, Any]:
         "end_time": iso_ms(field(job, "end_time")),
         "message": short_message(field(job, "message")),
         "cause": field(job, "cause"),  # why the queue ended it ("cluster restarted"), if it did
+        "reaped": list(field(job, "reaped") or []),  #: what the queue killed of it once it ended (reaper)
         "error": None,
         "step": None,
         "total_steps": None,

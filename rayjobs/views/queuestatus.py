@@ -70,4 +70,5 @@ class QueueView:
         return {"submission_id": job_id, "status": h.get("status"), "metadata": h.get("metadata") or {},
                 "message": h.get("message"), "start_time": h.get("start_time"), "end_time": h.get("end_time"),
                 "driver_node_id": (h.get("log") or {}).get("node_id"), "final": h.get("final"), "from_queue": True,
-                "cause": h.get("cause"), "checkpoint_step": h.get("checkpoint_step")}
+                "cause": h.get("cause"), "checkpoint_step": h.get("checkpoint_step"),
+                "reaped": h.get("reaped") or []}

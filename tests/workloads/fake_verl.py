@@ -17,6 +17,17 @@ It behaves like verl where rayjobs depends on it:
 Knobs: ``+fake.steps`` (default 5), ``+fake.step_s`` (0.05), ``+fake.fail_at`` (step to crash at,
 once per run dir), ``+fake.hold_gpus`` (false), ``+fake.hold_s`` (extra seconds holding the PGs),
 ``+fake.score_offset`` (0.0, added to the score/reward curves so sweep points differ in plots).
+Faults: ``+fake.fail_every=K`` (crash at each K-th step, once each), ``+fake.die_in_save=N``
+(SIGKILL itself in the middle of the save of step N, once), ``+fake.zero_on_resume`` (a resume
+exits 0 before any step, as verl at an epoch boundary), ``+fake.reward_error`` (the user's
+``custom_reward_function.path`` raises at step 2), ``+fake.config_error`` (omegaconf's error at start).
+``+fake.actors`` (false; with ``+fake.hold_gpus=true``): one tiny actor per placement-group bundle,
+which every step waits on, as verl's driver waits on its workers: a worker node that dies makes the
+step raise ``ray.exceptions.ActorDiedError`` (traceback, exit 1), as in verl.
+``+fake.orphan=true``: leave a process behind, as an orphaned vLLM engine does: double-forked into a
+session of its own (out of the trainer's process group and tree, so Ray's job cleanup misses it), it
+keeps the inherited environment (``RAYJOBS_JOB``), ignores SIGTERM, sleeps for an hour and, where
+``$FAKE_NVIDIA_SMI_APPS`` names a file, adds ``pid,5120`` to it: "holding a fake GPU" (tests/workloads/bin/nvidia-smi).
 """
 
 from __future__ import annotations
@@ -62,8 +73,127 @@ def hold_gpus(groups: list[int]) -> list:
     return pgs
 
 
+#: How long a step waits for its actors: far longer than Ray takes to declare a dead node's actors
+#: dead (its GCS health check, ~15 s), so a lost node ends the step with ActorDiedError, not a
+#: timeout; bounded all the same, so a wedged cluster cannot hang a test forever.
+ACTOR_STEP_TIMEOUT_S = 300.0
+
+
+def start_actors(pgs: list) -> list:
+    """``+fake.actors``: one worker actor in every bundle of ``pgs`` (verl's workers: one per GPU)."""
+    import ray
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    @ray.remote(max_restarts=0)  # verl's workers are not restarted either
+    class FakeWorker:
+        def step(self, i: int) -> int:
+            return i
+
+        def node_id(self) -> str:
+            return ray.get_runtime_context().get_node_id()
+
+    actors = [FakeWorker.options(num_cpus=1, num_gpus=1, scheduling_strategy=PlacementGroupSchedulingStrategy(
+                  pg, placement_group_bundle_index=b)).remote()
+              for pg in pgs for b in range(pg.bundle_count)]
+    nodes = ray.get([a.node_id.remote() for a in actors])  # verl waits for its workers to start
+    say(f"worker actors ready: {len(actors)} on node(s) {sorted(set(nodes))}")
+    return actors
+
+
+def step_actors(actors: list, step: int) -> None:
+    """One step's work on every actor; a dead actor raises here (ray.get, as verl's driver)."""
+    import ray
+
+    ray.get([a.step.remote(step) for a in actors], timeout=ACTOR_STEP_TIMEOUT_S)
+
+
+#: The orphan of +fake.orphan. A double fork: its parent exits at once, so it is no descendant of the
+#: trainer (what Ray's stop looks for) and in a session of its own; deaf to SIGTERM (a hung engine),
+#: it says its pid, registers its "GPU memory" and sleeps.
+ORPHAN = ("import os, signal, sys, time\n"
+          "if os.fork():\n"
+          "    os._exit(0)\n"
+          "os.setsid()\n"
+          "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+          "apps = os.environ.get('FAKE_NVIDIA_SMI_APPS')\n"
+          "if apps:\n"
+          "    with open(apps, 'a') as f:\n"
+          "        f.write(f'{os.getpid()},5120\\n')\n"
+          "print(os.getpid(), flush=True)\n"
+          "os.dup2(os.open(os.devnull, os.O_WRONLY), 1)\n"
+          "time.sleep(3600)\n")
+
+
+def leave_orphan() -> int:
+    """``+fake.orphan=true``: leave a process that outlives this trainer, out of its process tree; its pid."""
+    import subprocess
+
+    proc = subprocess.Popen([sys.executable, "-c", ORPHAN], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, close_fds=True, text=True)
+    pid = int(proc.stdout.readline())
+    proc.wait()
+    say(f"orphan pid {pid}")
+    return pid
+
+
+def once(ckpt_dir: str, name: str) -> bool:
+    """True the first time per run dir (a marker file in the checkpoint dir), so a retry gets past."""
+    marker = os.path.join(ckpt_dir or ".", f".{name}")
+    os.makedirs(ckpt_dir or ".", exist_ok=True)
+    if os.path.exists(marker):
+        return False
+    open(marker, "w").close()
+    return True
+
+
+def config_error() -> None:
+    """``+fake.config_error``: what verl does with a key its config does not have (omegaconf's error)."""
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.create({"trainer": {}})
+    OmegaConf.set_struct(cfg, True)
+    cfg.trainer.no_such_key  # noqa: B018 (raises omegaconf.errors.ConfigAttributeError)
+
+
+def reward(args: dict[str, str]) -> None:
+    """``+fake.reward_error``: score a sample with the user's ``custom_reward_function.path`` (raises there)."""
+    import importlib.util
+
+    path = args.get("reward.custom_reward_function.path") or args["custom_reward_function.path"]
+    spec = importlib.util.spec_from_file_location("custom_reward", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    mod.compute_score("gsm8k", "the answer is 4", {"answer": "4"})
+
+
+def step_faults(args: dict[str, str], step: int, ckpt_dir: str) -> None:
+    """``+fake.fail_every=K``: crash at every K-th step, once each; ``+fake.reward_error`` at step 2."""
+    every = int(args.get("fake.fail_every", 0))
+    if every and step % every == 0 and once(ckpt_dir, f"failed_at_{step}"):
+        raise RuntimeError(f"fake crash at step {step}")
+    if args.get("fake.reward_error", "false").lower() == "true" and step == 2:
+        reward(args)
+
+
+def save(ckpt_dir: str, tracker: str, step: int, args: dict[str, str]) -> None:
+    """verl's save: the step's folder first, the tracker last. ``+fake.die_in_save=N``: SIGKILL
+    itself halfway through the save of step N (a shard written, the tracker not), once per run."""
+    folder = os.path.join(ckpt_dir, f"global_step_{step}")
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "model_world_size_1_rank_0.pt"), "wb") as f:
+        f.write(b"\0" * 4096)
+    if int(args.get("fake.die_in_save", 0)) == step and once(ckpt_dir, f"died_in_save_{step}"):
+        say(f"saving checkpoint to {folder} ...")
+        os.kill(os.getpid(), 9)
+    with open(tracker, "w") as f:
+        f.write(str(step))
+    say(f"local_global_step_folder: {folder}")
+
+
 def main() -> int:
     args = parse(sys.argv[1:])
+    if args.get("fake.config_error", "false").lower() == "true":
+        config_error()
     steps = int(args.get("fake.steps", 5))
     step_s = float(args.get("fake.step_s", 0.05))
     fail_at = int(args.get("fake.fail_at", 0))
@@ -72,6 +202,9 @@ def main() -> int:
     nnodes = int(args.get("trainer.nnodes", 1))
     gpn = int(args.get("trainer.n_gpus_per_node", 1))
     pgs = hold_gpus([gpn] * nnodes) if args.get("fake.hold_gpus", "false").lower() == "true" else []
+    actors = start_actors(pgs) if pgs and args.get("fake.actors", "false").lower() == "true" else []
+    if args.get("fake.orphan", "false").lower() == "true":
+        leave_orphan()
 
     # Like verl: the file logger lives in the TaskRunner actor, which sees only the env vars of the
     # runtime_env verl gives ray.init (ray_kwargs.ray_init.runtime_env.env_vars), not the driver's.
@@ -87,8 +220,12 @@ def main() -> int:
     say("Size of train dataloader: 10, Size of val dataloader: 1")
     say(f"Total training steps: {steps}")
     say("wandb: 🚀 View run at https://wandb.ai/rl-team/verl_examples/runs/fake" + str(PID))
+    if start and args.get("fake.zero_on_resume", "false").lower() == "true":
+        return 0  # verl resuming at an epoch boundary: no step, exit 0 (verl-project/verl#7401)
     for step in range(start + 1, steps + 1):
         time.sleep(step_s)
+        if actors:
+            step_actors(actors, step)
         sys.stdout.write(f"\rTraining Progress: {100 * step // steps}%|{'#' * step}| {step}/{steps}")
         sys.stdout.flush()
         score = 0.1 + 0.8 * step / steps + float(args.get("fake.score_offset", 0))
@@ -105,10 +242,8 @@ def main() -> int:
             mf.write(json.dumps({"step": step, "data": data}).encode() + b"\n")
             mf.flush()
         if ckpt_dir and save_freq > 0 and (step % save_freq == 0 or step == steps):
-            os.makedirs(os.path.join(ckpt_dir, f"global_step_{step}"), exist_ok=True)
-            with open(tracker, "w") as f:
-                f.write(str(step))
-            say(f"local_global_step_folder: {os.path.join(ckpt_dir, f'global_step_{step}')}")
+            save(ckpt_dir, tracker, step, args)
+        step_faults(args, step, ckpt_dir)
         if fail_at and step == fail_at:
             marker = os.path.join(ckpt_dir or ".", ".failed_once")
             os.makedirs(ckpt_dir or ".", exist_ok=True)

@@ -1,0 +1,240 @@
+"""Clean GPUs between jobs (issue 16): what an ended job left running is ended before the next job
+is admitted onto its GPUs, and reported; a live job's processes are never touched.
+
+The fault: ``+fake.orphan=true`` makes the verl stand-in leave a process in its own session (out of
+the trainer's process group, so Ray's job cleanup misses it), deaf to SIGTERM, registered with the
+fake ``nvidia-smi`` (tests/workloads/bin) as holding 5120 MiB of a fake GPU. The cluster is a real
+1-node Ray head (2 fake GPUs) whose PATH has that ``nvidia-smi`` first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import select
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import pytest
+from conftest import REPO, rayjobs_cli, wait_terminal, wait_until
+from test_queue_cluster import FakeGpuCluster
+
+from rayjobs.oncluster import reaper
+from rayjobs.shared import JOB_MARK_ENV
+
+BIN = REPO / "tests" / "workloads" / "bin"
+ORPHAN = re.compile(r"orphan pid (\d+)")
+TRAINER = re.compile(r"\(TaskRunner pid=(\d+)\)")
+#: The next job's first act: is the orphan (its pid the argument) still there?
+CHECK = """import sys
+pid = int(sys.argv[1])
+try:
+    state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+except OSError:
+    state = "gone"
+print(f"orphan {pid} at start: {'gone' if state in ('gone', 'Z') else 'ALIVE (' + state + ')'}", flush=True)
+"""
+
+
+def gone(pid: int) -> bool:
+    """The process has ended (a zombie holds nothing: its parent, init here, may not reap it at once)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+class DeathWatch:
+    """When a process ends, to the millisecond: a thread blocked on its pidfd (readable at exit)."""
+
+    def __init__(self, pid: int) -> None:
+        self.fd = os.pidfd_open(pid)
+        self.at: Optional[float] = None
+        self._t = threading.Thread(target=self._run, daemon=True)
+        self._t.start()
+
+    def _run(self) -> None:
+        select.select([self.fd], [], [], 600)
+        self.at = time.time()
+        os.close(self.fd)
+
+
+# --------------------------------------------------------------------------- unit: parsing, one node
+def test_environ_and_nvidia_smi_parsing():
+    env = b"PATH=/bin\0RAYJOBS_JOBX=no\0RAYJOBS_JOB=fake_ppo-1\0HOME=/root\0"
+    assert reaper.environ_mark(env) == "fake_ppo-1"
+    assert reaper.environ_mark(b"PATH=/bin\0RAYJOBS_JOBS=x\0") is None
+    assert reaper.environ_mark(b"") is None
+    out = "1234, 5120\n1234, 100\n  77, [N/A]\n88,[Not Supported]\nNo running processes found\n\n"
+    assert reaper.parse_compute_apps(out) == {1234: 5220, 77: None, 88: None}
+    assert reaper.is_ray_own(["ray::TaskRunner.run"]) and reaper.is_ray_own(["/x/bin/raylet", "--a"])
+    assert reaper.is_ray_own(["/v/bin/python3", "/v/lib/python3.11/site-packages/ray/_private/workers/default_worker.py"])
+    assert not reaper.is_ray_own(["python3", "-m", "vllm.entrypoints"]) and not reaper.is_ray_own([])
+    line = reaper.Reaped(12, "python3", 5120, "SIGKILL", "10.0.0.2").line()
+    assert line == "pid 12 (python3, 5120 MiB GPU) SIGKILL on 10.0.0.2"
+
+
+def _spawn(code: str, mark: Optional[str]) -> subprocess.Popen:
+    """A real process (its own session, as an orphan), marked ``RAYJOBS_JOB=mark``; ready once it printed."""
+    env = {k: v for k, v in os.environ.items() if k != JOB_MARK_ENV}
+    if mark is not None:
+        env[JOB_MARK_ENV] = mark
+    p = subprocess.Popen([sys.executable, "-c", code + "\nprint('ready', flush=True)\nimport time; time.sleep(600)"],
+                         env=env, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    assert p.stdout.readline().strip() == "ready"
+    return p
+
+
+def test_reap_node_ends_the_marked_processes_and_reports_stray_gpu_holders(tmp_path, monkeypatch):
+    deaf = "import signal; signal.signal(signal.SIGTERM, signal.SIG_IGN)"
+    procs = {"polite": _spawn("", "jobA"), "deaf": _spawn(deaf, "jobA"), "other": _spawn("", "jobA-r1"),
+             "stray": _spawn("", None)}
+    try:
+        apps = tmp_path / "apps"
+        apps.write_text(f"{procs['deaf'].pid},5120\n{procs['stray'].pid},1000\n999999999,7\n")
+        monkeypatch.setenv("PATH", f"{BIN}{os.pathsep}{os.environ['PATH']}")
+        monkeypatch.setenv("FAKE_NVIDIA_SMI_APPS", str(apps))
+        assert reaper.gpu_apps() == {procs["deaf"].pid: 5120, procs["stray"].pid: 1000}  # the dead pid is not listed
+        got = {d["pid"]: d for d in reaper.reap_node("jobA", grace_s=1.0)}
+        assert set(got) == {procs["polite"].pid, procs["deaf"].pid, procs["stray"].pid}, got
+        assert got[procs["polite"].pid]["how"] == "SIGTERM" and got[procs["polite"].pid]["gpu_mib"] is None
+        assert got[procs["deaf"].pid]["how"] == "SIGKILL" and got[procs["deaf"].pid]["gpu_mib"] == 5120
+        assert got[procs["stray"].pid]["how"] == "" and got[procs["stray"].pid]["gpu_mib"] == 1000
+        assert "holds a GPU and is no rayjobs job's" in reaper.Reaped(**got[procs["stray"].pid]).line()
+        assert gone(procs["polite"].pid) and gone(procs["deaf"].pid)
+        assert not gone(procs["other"].pid) and not gone(procs["stray"].pid)  # another job's; no job's
+        assert reaper.reap_node("jobA", grace_s=1.0) == [got[procs["stray"].pid]]  # nothing left to end
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+            p.wait(timeout=10)
+
+
+def test_the_reap_at_a_trainers_ray_exit_spares_what_a_live_runner_still_runs():
+    # a stand-in runner (its command line names the runner module) whose marked child goes on
+    # without Ray, as a trainer uploading its checkpoints would; and a marked orphan outside it
+    runner = subprocess.Popen([sys.executable, "-c", "import os, subprocess, sys, time; "
+                               "subprocess.Popen(['sleep', '60'], env=dict(os.environ, RAYJOBS_JOB='jobS')); "
+                               "time.sleep(60)", "rayjobs.oncluster.runner"])
+    orphan = _spawn("", "jobS")
+    try:
+        child = wait_until(lambda: [p for p in reaper.scan("jobS", {})[0] if p != orphan.pid], 10, "the runner's child")[0]
+        got = {d["pid"] for d in reaper.reap_node("jobS", grace_s=1.0, spare_live=True)}
+        assert got == {orphan.pid} and not gone(child)
+        assert {d["pid"] for d in reaper.reap_node("jobS", grace_s=1.0)} == {child}  # at the job's end: all of it
+    finally:
+        for p in (runner, orphan):
+            if p.poll() is None:
+                p.kill()
+            p.wait(timeout=10)
+
+
+# --------------------------------------------------------------------------- a real cluster
+@pytest.fixture(scope="module")
+def gpu_node() -> Any:
+    root = Path(tempfile.mkdtemp(prefix="rjr", dir="/tmp"))
+    (root / "apps").write_text("")
+    path = os.pathsep.join([str(BIN), os.path.dirname(sys.executable), os.environ.get("PATH", "")])
+    c = FakeGpuCluster(root, nodes=((2, 6),), env={"PATH": path, "FAKE_NVIDIA_SMI_APPS": str(root / "apps")})
+    c.start()
+    yield c
+    c.stop()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def submit(c: FakeGpuCluster, *overrides: str) -> str:
+    """One job, composed and sent in this process (what `python -m rayjobs.submit` does)."""
+    from rayjobs.submit import compose
+    from rayjobs.submit import pipeline as sub
+
+    cfg = compose.compose(["+exp=fake_ppo", f"rayjobs.address={c.address}", *overrides])
+    return sub.send(sub.prepare([cfg]), address=c.address)[0]
+
+
+def log_of(c: FakeGpuCluster, sid: str) -> str:
+    try:
+        return c.client().get_job_logs(sid)
+    except RuntimeError:  # not in Ray yet: the queue holds it
+        return ""
+
+
+def pid_in_log(c: FakeGpuCluster, sid: str, pattern: re.Pattern) -> int:
+    m = wait_until(lambda: pattern.search(log_of(c, sid)), 120, f"{pattern.pattern} in {sid}'s log")
+    return int(m.group(1))
+
+
+def history(c: FakeGpuCluster, sid: str) -> dict[str, Any]:
+    from rayjobs.client import queuechannel
+
+    return wait_until(lambda: queuechannel.read_history(c.dashboard()).get(sid), 60, f"{sid} in the queue's history")
+
+
+def waiting(c: FakeGpuCluster) -> set[str]:
+    from rayjobs.views.queuestatus import QueueView
+
+    return set(QueueView.read(c.dashboard(), history=False).waiting)
+
+
+def stray_gpu_holder(c: FakeGpuCluster) -> subprocess.Popen:
+    """A GPU holder that is no job's (not marked, not Ray's): reported by every reap, never killed."""
+    p = subprocess.Popen(["sleep", "600"], env={k: v for k, v in os.environ.items() if k != JOB_MARK_ENV})
+    with open(c.root / "apps", "a") as f:
+        f.write(f"{p.pid},1000\n")
+    return p
+
+
+def test_an_orphan_holding_a_gpu_is_reaped_before_the_next_job_is_admitted(gpu_node, workdir):
+    c = gpu_node
+    (workdir / "workloads" / "orphan_check.py").write_text(CHECK)
+    stray = stray_gpu_holder(c)
+    try:
+        whole = ("trainer.n_gpus_per_node=2", "+fake.hold_gpus=true", "+fake.steps=1")
+        a = submit(c, *whole, "+fake.orphan=true", "+fake.hold_s=600")
+        orphan = pid_in_log(c, a, ORPHAN)
+        death = DeathWatch(orphan)
+        # B needs both GPUs too: it waits for A (stopped below), then checks first thing that A's orphan is gone
+        b = submit(c, "trainer.n_gpus_per_node=2", f"rayjobs.entrypoint='python3 workloads/orphan_check.py {orphan}'")
+        assert b in waiting(c), "B should wait for A's GPUs"
+        c.client().stop_job(a)  # SIGTERM to A's process group: the orphan, in a session of its own, stays
+        assert wait_terminal(c.client(), a, timeout=120) == "STOPPED", log_of(c, a)[-1500:]
+        assert wait_terminal(c.client(), b, timeout=120) == "SUCCEEDED", log_of(c, b)[-1500:]
+        ha, hb = history(c, a), history(c, b)
+        assert f"orphan {orphan} at start: gone" in log_of(c, b), log_of(c, b)[-1500:]
+        assert death.at is not None and death.at <= float(hb["admitted_at"]), (death.at, hb["admitted_at"])
+        killed = [ln for ln in ha["reaped"] if ln.startswith(f"pid {orphan} ")]
+        assert killed and "(python3, 5120 MiB GPU) SIGKILL" in killed[0], ha["reaped"]  # deaf to SIGTERM
+        assert [ln for ln in ha["reaped"] if ln.startswith(f"warning: pid {stray.pid} ") and "1000 MiB GPU" in ln]
+        assert stray.poll() is None  # reported, never killed
+        r = rayjobs_cli("status", a, "--json", "--address", c.address)
+        assert r.returncode == 0, r.stderr
+        assert killed[0] in json.loads(r.stdout).get("reaped", []), r.stdout  # what the laptop sees
+    finally:
+        stray.kill()
+        stray.wait(timeout=10)
+
+
+def test_a_live_jobs_processes_are_not_touched(gpu_node, workdir):
+    c = gpu_node
+    one = ("trainer.n_gpus_per_node=1", "+fake.hold_gpus=true", "+fake.steps=1", "+fake.orphan=true")
+    live = submit(c, *one, "+fake.hold_s=600")
+    live_orphan, live_trainer = pid_in_log(c, live, ORPHAN), pid_in_log(c, live, TRAINER)
+    ended = submit(c, *one)
+    ended_orphan = pid_in_log(c, ended, ORPHAN)
+    assert wait_terminal(c.client(), ended, timeout=120) == "SUCCEEDED", log_of(c, ended)[-1500:]
+    reaped = history(c, ended)["reaped"]
+    assert [ln for ln in reaped if ln.startswith(f"pid {ended_orphan} ")], reaped
+    assert gone(ended_orphan)
+    assert not gone(live_orphan) and not gone(live_trainer)  # the live job's: untouched
+    assert not [ln for ln in reaped if f"pid {live_orphan} " in ln or f"pid {live_trainer} " in ln], reaped
+    c.client().stop_job(live)
+    assert wait_terminal(c.client(), live, timeout=120) == "STOPPED"
+    assert [ln for ln in history(c, live)["reaped"] if ln.startswith(f"pid {live_orphan} ")]  # now its turn
+    assert gone(live_orphan)
