@@ -271,12 +271,14 @@ def bench_history(root: Path, n: int, ray_jobs: int) -> dict[str, Any]:
         c.stop()
 
 
-def bench_gap(root: Path, n: int, standby: bool = True, with_ray: bool = True, step_s: float = 1.0) -> dict[str, Any]:
+def bench_gap(root: Path, n: int, standby: bool = True, with_ray: bool = True, step_s: float = 1.0,
+              reap: bool = True) -> dict[str, Any]:
     """The idle gap of ``n`` jobs (one step of ``step_s`` each) queued behind a blocker;
     ``standby``: the queue pre-starts the next job (its default) or starts each cold
-    (``RAYJOBS_QUEUE_STANDBY=0``)."""
-    c = FakeGpuCluster(root / f"gap{int(standby)}-{step_s:g}", nodes=((2, 6),),
-                       env={"RAYJOBS_QUEUE_STANDBY": "1" if standby else "0"}).start()
+    (``RAYJOBS_QUEUE_STANDBY=0``); ``reap``: the queue reaps an ended job's leftovers before it
+    admits the next (its default) or not (``RAYJOBS_REAP=0``)."""
+    c = FakeGpuCluster(root / f"gap{int(standby)}-{step_s:g}-{int(reap)}", nodes=((2, 6),),
+                       env={"RAYJOBS_QUEUE_STANDBY": "1" if standby else "0", "RAYJOBS_REAP": "1" if reap else "0"}).start()
     try:
         client = c.client()
         whole = ["trainer.nnodes=1", "trainer.n_gpus_per_node=2", "+fake.steps=1", f"+fake.step_s={step_s:g}"]
@@ -387,7 +389,8 @@ def main() -> None:
     ap.add_argument("--backlog", type=int, default=500, help="waiting jobs for the backlog cost (rayjobs vs Ray PENDING)")
     ap.add_argument("--history", type=int, default=2000, help="finished jobs in the queue's history for `rayjobs list`")
     ap.add_argument("--ray-jobs", type=int, default=200, help="finished jobs in Ray's own table for `ray job list`")
-    ap.add_argument("--only", choices=("gap", "gap_cold", "gap_long", "util", "backlog", "history"), action="append",
+    ap.add_argument("--only", choices=("gap", "gap_cold", "gap_long", "gap_long_noreap", "util", "backlog", "history"),
+                    action="append",
                     help="run only these parts (the doc section is written once every part has a result)")
     ap.add_argument("--parts", default="/tmp/rayjobs-bench-queue-parts.json",
                     help="each part's result is kept here; --resume reuses those of an earlier run")
@@ -405,6 +408,7 @@ def main() -> None:
     load0 = os.getloadavg()[0]
     parts = {"gap": lambda: bench_gap(root, a.jobs), "gap_cold": lambda: bench_gap(root, a.jobs, False, False),
              "gap_long": lambda: bench_gap(root, a.jobs, True, False, step_s=LONG_STEP_S),
+             "gap_long_noreap": lambda: bench_gap(root, a.jobs, True, False, step_s=LONG_STEP_S, reap=False),
              "util": lambda: bench_util(root),
              "backlog": lambda: bench_backlog(root, a.backlog),
              "history": lambda: bench_history(root, a.history, a.ray_jobs)}
@@ -424,7 +428,7 @@ def main() -> None:
         print(json.dumps(got, indent=1, default=str))
         return
     gap, cold, util, back, hist = got["gap"], got["gap_cold"], got["util"], got["backlog"], got["history"]
-    long = got["gap_long"]
+    long, noreap = got["gap_long"], got["gap_long_noreap"]
 
     grow = lambda k, base: (back[k][0] - back[base][0], back[k][1] - back[base][1])
     one_p, one_mb = grow("ours_one", "ours_base")  # the pre-started next job
@@ -438,6 +442,7 @@ def main() -> None:
     row = lambda name, k: line(name, gap[k])
     crow = lambda name, k: line(name, cold[k])
     lrow = lambda name, k: line(name, long[k])
+    nrow = lambda name, k: line(name, noreap[k])
     u = util["gpu_s"] / (4 * util["makespan"])
     u_ideal = util["gpu_s"] / (4 * util["ideal"])
     md = f"""## Queue (issues 4, 15) — `scripts/bench_queue.py`
@@ -479,6 +484,14 @@ Jobs of one {LONG_STEP_S:g}-s step (long enough for the pre-started job to be re
 {lrow("rayjobs queue, next job pre-started: reaction", "react")}
 {lrow("rayjobs queue, next job pre-started: process gap", "ours")}
 {lrow("rayjobs queue, next job pre-started: admitted -> runner running", "start")}
+{nrow("the same, reaping off (`RAYJOBS_REAP=0`): GPUs idle", "gpu_idle")}
+{nrow("the same, reaping off: reaction", "react")}
+
+Reaping (issue 16, `rayjobs.oncluster.reaper`): before the next job is admitted onto GPUs, the
+queue ends what the previous one left on the nodes (an orphaned engine holding GPU memory). It
+reaps as soon as the trainer's Ray drivers are dead, so "reaction" now includes noticing that
+(a GCS lookup per tick) and the reap itself (12-34 ms measured on one node); the rows with
+reaping off show what that costs against admitting on Ray's view alone.
 
 Targets: next job admitted ≤ 0.1 s after the GPUs free ("reaction") and the idle gap not
 worse than before (0.47 s median GPUs idle with the issue-4 design, where every waiting job was a
