@@ -15,6 +15,7 @@ Where verl looks (``resolve_config_path``, ``tool_registry.get_tool_class``): a 
 from __future__ import annotations
 
 import ast
+import functools
 import os
 import sys
 from pathlib import Path
@@ -52,9 +53,9 @@ def tool_problems(cfg: Any, working_dir: str, files_visible: bool = True) -> lis
     out = _agent_problems(cfg, data)
     if "://" in working_dir:
         return out  # a rerun runs the old job's code snapshot on the cluster: not visible here
-    names: list[str] = []
+    names: Sequence[str] = ()
     if tool_path:
-        probs, names = _tool_config_problems(str(tool_path), working_dir, files_visible)
+        probs, names = _tool_config_cached(str(tool_path), working_dir, files_visible, _stamp(str(tool_path), working_dir))
         out += probs
     if fn_path:
         out += _function_tool_problems(str(fn_path), working_dir, files_visible)
@@ -119,12 +120,32 @@ def resolve(key: str, path: str, working_dir: str, files_visible: bool) -> tuple
                                         f"the worker's cwd, the unpacked working_dir", "move the file into the working_dir")
     if os.path.isfile(full):
         return Path(full), None
-    root = _verl_root()  # verl's own fallback: a path inside the verl package
-    if root and (root / path).is_file():
-        return root / path, None
+    root = _verl_root()  # verl's own fallbacks: its project root (site-packages for a wheel), its package dir
+    for base in (root.parent, root) if root else ():
+        cand = Path(os.path.normpath(base / path))
+        if cand.is_relative_to(base) and cand.is_file():
+            return cand, None
     return None, Problem(key, path, f"no such file in the job's working_dir ({full}); verl's AgentLoopWorker would fail "
                                     f"with FileNotFoundError after the GPUs are allocated",
                          f"fix the path (relative to rayjobs.working_dir={wd})")
+
+
+def _stamp(path: str, working_dir: str) -> Optional[tuple[int, int]]:
+    """(mtime, size) of the tool config as named, so a cached verdict is dropped when the file changes."""
+    try:
+        st = os.stat(path if os.path.isabs(path) else os.path.join(working_dir, path))
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size
+
+
+@functools.lru_cache(maxsize=64)
+def _tool_config_cached(path: str, working_dir: str, files_visible: bool,
+                        _stamp: Optional[tuple[int, int]]) -> tuple[tuple[Problem, ...], tuple[str, ...]]:
+    """:func:`_tool_config_problems`, once per file version: a sweep's points share one tool config, and
+    OmegaConf's load costs ~15 ms (the modules it names are read once per process)."""
+    probs, names = _tool_config_problems(path, working_dir, files_visible)
+    return tuple(probs), tuple(names)
 
 
 def _tool_config_problems(path: str, working_dir: str, files_visible: bool) -> tuple[list[Problem], list[str]]:
@@ -329,7 +350,7 @@ def _function_tool_problems(path: str, working_dir: str, files_visible: bool) ->
     return []
 
 
-def _tools_kwargs_problems(cfg: Any, data: list[tuple[str, str]], names: list[str]) -> list[Problem]:
+def _tools_kwargs_problems(cfg: Any, data: list[tuple[str, str]], names: Sequence[str]) -> list[Problem]:
     """The rows' ``extra_info.tools_kwargs`` must be keyed by the tools' names (verl passes a tool only its own)."""
     out = []
     for key, f in data:
