@@ -180,7 +180,7 @@ def test_sweep_with_one_bad_point_submits_nothing(cluster, client, workdir, stor
     assert any(re.search(r"^error: sweep point 1 \(data\.train_batch_size=30\): data\.train_batch_size=30: .* not divisible", ln) for ln in errors), errors
 
 
-def test_shipped_presets_pass(workdir, store, monkeypatch):
+def test_both_presets_pass(workdir, store, monkeypatch):
     """The shipped presets, unchanged, pass every client-side check (their data present, W&B key on the cluster)."""
     from rayjobs.submit import pipeline
 
