@@ -3,7 +3,9 @@
 Runs as a rayjobs experiment (``python -m rayjobs.submit +exp=prepare_data``), so it executes on
 the cluster and writes once into the shared storage root instead of on every node at every launch.
 
-Rows follow verl's own preprocessors (examples/data_preprocess/gsm8k.py, math_dataset.py):
+Rows follow verl's own preprocessors (examples/data_preprocess/gsm8k.py, math_dataset.py, and for
+``gsm8k_tool`` gsm8k_multiturn_w_tool.py: a system prompt asking for the ``calc_gsm8k_reward`` tool
+and ``extra_info.need_tools_kwargs``/``tools_kwargs`` with the ground truth for it):
 ``data_source``, ``prompt`` (chat messages), ``ability``, ``reward_model`` (rule, ground truth) and
 ``extra_info``; the data_source values select verl's built-in reward functions.
 
@@ -18,7 +20,7 @@ Rows follow verl's own preprocessors (examples/data_preprocess/gsm8k.py, math_da
 * a file (``.parquet``, ``.jsonl``, ``.json``): the train split; the test split is the sibling
   file with ``train`` replaced by ``test`` in its name if that exists, else the file's last 10%.
 
-Local data needs the hub dataset's columns (GSM8K: question, answer; MATH: problem, solution).
+Local data needs the hub dataset's columns (GSM8K and gsm8k_tool: question, answer; MATH: problem, solution).
 Next to the parquet files goes ``prepared.json`` (dataset, source, sample or not, row counts), so
 other tools can tell the sample from the full data.
 """
@@ -37,6 +39,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
+#: The tool of ``+exp=gsm8k_multiturn_tools`` (scripts/multiturn/gsm8k_tool_config.yaml): the key of
+#: ``extra_info.tools_kwargs`` must be this function name, or verl hands the tool no ground truth.
+GSM8K_TOOL_NAME = "calc_gsm8k_reward"
 DATASETS = {
     "gsm8k": {
         "hub": "openai/gsm8k",
@@ -49,6 +54,21 @@ DATASETS = {
         "data_source": "DigitalLearningGmbH/MATH-lighteval",
         "instruction": "Let's think step by step and output the final answer within \\boxed{}.",
         "columns": ("problem", "solution"),
+    },
+    # GSM8K for multi-turn tool use: verl's examples/data_preprocess/gsm8k_multiturn_w_tool.py rows
+    # (a system prompt that asks for the tool, its instruction with backticks, tools_kwargs). Same
+    # input as gsm8k (hub dataset, shipped sample, local files), written to its own data/gsm8k_tool/.
+    "gsm8k_tool": {
+        "hub": "openai/gsm8k",
+        "data_source": "openai/gsm8k",
+        "instruction": "Let's think step by step and output the final answer after `####`.",
+        "columns": ("question", "answer"),
+        "sample": "gsm8k",
+        "system": ("You are a math expert. You are given a question and you need to solve it step by step. "
+                   "Reasoning step by step before any tool call. "
+                   f"You should use the `{GSM8K_TOOL_NAME}` tool after step by step solving the question, "
+                   "before generate final answer at least once and refine your answer if necessary. "
+                   "Put your final answer in the format of `#### <answer>`."),
     },
 }
 SPLITS = ("train", "test")
@@ -114,7 +134,7 @@ def to_rows(name: str, split: str, records: Iterable[dict[str, Any]]) -> list[di
     spec = DATASETS[name]
     rows = []
     for idx, r in enumerate(records):
-        if name == "gsm8k":
+        if spec["columns"][0] == "question":  # gsm8k, gsm8k_tool
             question, raw = r["question"], r["answer"]
             truth = gsm8k_answer(raw)
             extra = {"split": split, "index": idx, "answer": raw, "question": question}
@@ -124,9 +144,14 @@ def to_rows(name: str, split: str, records: Iterable[dict[str, Any]]) -> list[di
             if truth is None:
                 continue  # verl's preprocessor also needs a boxed answer
             extra = {"split": split, "index": idx}
+        prompt = [{"role": "user", "content": question + " " + spec["instruction"]}]
+        if "system" in spec:  # gsm8k_tool: verl's tool agent hands create_kwargs to the tool per call
+            prompt.insert(0, {"role": "system", "content": spec["system"]})
+            extra.update(need_tools_kwargs=True,
+                         tools_kwargs={GSM8K_TOOL_NAME: {"create_kwargs": {"ground_truth": truth}}})
         rows.append({
             "data_source": spec["data_source"],
-            "prompt": [{"role": "user", "content": question + " " + spec["instruction"]}],
+            "prompt": prompt,
             "ability": "math",
             "reward_model": {"style": "rule", "ground_truth": truth},
             "extra_info": extra,
@@ -223,12 +248,18 @@ def load_file(path: Path) -> Loaded:
                   notes=[note])
 
 
+def sample_name(name: str) -> str:
+    """The folder of ``data/`` holding a dataset's sample (gsm8k_tool is made from the GSM8K one)."""
+    return str(DATASETS[name].get("sample", name))
+
+
 def load_sample(name: str) -> Loaded:
     """The sample shipped with rayjobs (``data/<dataset>/``): real rows, NOT the full dataset."""
-    if not (SAMPLE_DIR / name).is_dir():  # e.g. a copy of this script without its data/ folder
-        raise SourceError(f"the {name} sample shipped with rayjobs is missing ({SAMPLE_DIR / name}); run this "
+    folder = SAMPLE_DIR / sample_name(name)
+    if not folder.is_dir():  # e.g. a copy of this script without its data/ folder
+        raise SourceError(f"the {name} sample shipped with rayjobs is missing ({folder}); run this "
                           f"script from the rayjobs repository, or give a local directory or file")
-    loaded = load_dir(SAMPLE_DIR / name, "sample", sample=True)
+    loaded = load_dir(folder, "sample", sample=True)
     # As the repository names them: on a cluster the absolute path is a throwaway Ray temp dir.
     loaded.inputs = {s: f"rayjobs scripts/{Path(p).relative_to(SAMPLE_DIR.parent)}" for s, p in loaded.inputs.items()}
     return loaded
@@ -312,7 +343,7 @@ def hub_split(root: Path, repo: str, split: str) -> Path:
 def sample_counts(name: str) -> str:
     """``"64 train / 32 test rows"`` of the shipped sample, counted (so the message stays true)."""
     try:
-        n = {s: len(read_records(local_split(SAMPLE_DIR / name, s))) for s in SPLITS}
+        n = {s: len(read_records(local_split(SAMPLE_DIR / sample_name(name), s))) for s in SPLITS}
     except SourceError:
         return "a few dozen rows"  # only ever part of another message; load_sample says what is missing
     return f"{n['train']} train / {n['test']} test rows"

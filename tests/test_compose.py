@@ -48,6 +48,29 @@ algorithm.use_kl_in_reward=false trainer.critic_warmup=0 trainer.project_name=ve
 trainer.save_freq=-1 trainer.test_freq=-1 trainer.total_epochs=1
 """.split()
 
+# verl's multi-turn GRPO example (examples/sglang_multiturn/config/gsm8k_multiturn_grpo.yaml plus the
+# overrides of run_qwen2.5-3b_gsm8k_multiturn.sh, last at verl 3467d90ae^): every key the preset keeps,
+# verbatim. Mapped or dropped (see conf/exp/gsm8k_multiturn_tools.yaml): rollout.name=sglang -> vllm,
+# multi_stage_wake_up, over_sample_rate, global_profiler.*, the data paths, the tool config path,
+# project_name; added: rollout.agent.default_agent_loop=tool_agent.
+MULTITURN_EXAMPLE = """
+data.max_prompt_length=1024 data.max_response_length=1024 data.train_batch_size=256 data.return_raw_chat=true
+actor_rollout_ref.hybrid_engine=true actor_rollout_ref.rollout.multi_turn.enable=true
+actor_rollout_ref.rollout.multi_turn.max_assistant_turns=5 algorithm.adv_estimator=grpo
+data.filter_overlong_prompts=true data.truncation=error actor_rollout_ref.model.path=Qwen/Qwen2.5-3B-Instruct
+actor_rollout_ref.actor.optim.lr=1e-06 actor_rollout_ref.model.use_remove_padding=true
+actor_rollout_ref.actor.ppo_mini_batch_size=256 actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=32
+actor_rollout_ref.model.enable_gradient_checkpointing=true actor_rollout_ref.actor.use_kl_loss=true
+actor_rollout_ref.actor.kl_loss_coef=0.001 actor_rollout_ref.actor.kl_loss_type=low_var_kl
+actor_rollout_ref.actor.entropy_coeff=0 actor_rollout_ref.actor.fsdp_config.param_offload=false
+actor_rollout_ref.actor.fsdp_config.optimizer_offload=false actor_rollout_ref.rollout.tensor_model_parallel_size=1
+actor_rollout_ref.rollout.gpu_memory_utilization=0.85 actor_rollout_ref.rollout.n=16
+actor_rollout_ref.rollout.mode=async actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=32
+actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=32 actor_rollout_ref.ref.fsdp_config.param_offload=true
+algorithm.use_kl_in_reward=false trainer.critic_warmup=0 trainer.n_gpus_per_node=8 trainer.nnodes=1
+trainer.save_freq=-1 trainer.test_freq=20 trainer.val_before_train=true trainer.total_epochs=15
+""".split()
+
 CTX = Context(now=datetime(2026, 11, 30, 12, 0, 0, tzinfo=timezone.utc), suffix="beef",
               working_dir="/work/project", git_sha="0" * 40, git_dirty=False)
 
@@ -78,7 +101,26 @@ def test_presets_carry_the_seeds_parameters(fixed_env):
     assert "data.val_files=/shared/rayjobs/data/math/test.parquet" in grpo
 
 
-@pytest.mark.parametrize("exp", ["ppo_gsm8k_qwen05b", "grpo_7b"])
+def test_multiturn_preset_carries_verls_example_and_ships_its_tool(fixed_env, tmp_path):
+    """gsm8k_multiturn_tools: the example's keys, vllm, the tool agent, and a tool config that the job's
+    working_dir (rayjobs' scripts/, from any current directory) carries, as verl resolves it there."""
+    c = compose.compose(["+exp=gsm8k_multiturn_tools"])
+    args = args_of(build_spec(c, CTX))
+    missing = [s for s in MULTITURN_EXAMPLE if s not in args]
+    assert not missing, f"gsm8k_multiturn_tools lacks the example's {missing}"
+    for want in ("actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent",
+                 "actor_rollout_ref.rollout.multi_turn.format=hermes",
+                 "actor_rollout_ref.rollout.multi_turn.tool_config_path=multiturn/gsm8k_tool_config.yaml",
+                 "data.train_files=/shared/rayjobs/data/gsm8k_tool/train.parquet",
+                 "data.val_files=/shared/rayjobs/data/gsm8k_tool/test.parquet"):
+        assert want in args, want
+    wd = Path(str(c.cfg.rayjobs.working_dir))
+    assert wd == Path(compose.__file__).resolve().parents[2] / "scripts" and Path.cwd() == tmp_path
+    assert (wd / "multiturn" / "gsm8k_tool_config.yaml").is_file() and (wd / "multiturn" / "gsm8k_tool.py").is_file()
+    assert (wd / "prepare_data.py").is_file()  # the same folder +exp=prepare_data ships
+
+
+@pytest.mark.parametrize("exp", ["ppo_gsm8k_qwen05b", "grpo_7b", "gsm8k_multiturn_tools"])
 def test_golden_jobspec(fixed_env, exp):
     spec = build_spec(compose.compose([f"+exp={exp}", "trainer.total_epochs=3"]), CTX)
     got = spec.to_json()
@@ -90,7 +132,7 @@ def test_golden_jobspec(fixed_env, exp):
 
 def test_preset_keys_exist_in_pinned_verl(fixed_env):
     schema = compose.verl_schema()
-    for exp in ("ppo_gsm8k_qwen05b", "grpo_7b"):
+    for exp in ("ppo_gsm8k_qwen05b", "grpo_7b", "gsm8k_multiturn_tools"):
         unknown = [k for k in compose.preset_keys(exp) if k not in schema]
         assert not unknown, f"{exp}: keys not in verl {compose.verl_version()}: {unknown}"
 
@@ -192,7 +234,7 @@ def test_c_yaml_loader_composes_exactly_like_omegaconfs_own(fixed_env, tmp_path)
     from omegaconf import OmegaConf
     from omegaconf import _utils
 
-    presets = ["ppo_gsm8k_qwen05b", "grpo_7b", "gpu_tiny_grpo", "prepare_data"]
+    presets = ["ppo_gsm8k_qwen05b", "grpo_7b", "gpu_tiny_grpo", "prepare_data", "gsm8k_multiturn_tools"]
     compose.make_hydra()  # installs the C loader
     assert getattr(_utils.get_yaml_loader, "_rayjobs", False)
     fast = {e: OmegaConf.to_container(compose.compose([f"+exp={e}"]).cfg, resolve=False) for e in presets}

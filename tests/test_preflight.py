@@ -43,6 +43,9 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
             pq.write_table(pa.table({"data_source": [source] * 4, "prompt": [[{"role": "user", "content": "1+1?"}]] * 4,
                                      "reward_model": [{"style": "rule", "ground_truth": "2"}] * 4}), d / f"{split}.parquet")
     pq.write_table(pa.table({"prompt": ["x"]}), root / "data" / "no_source.parquet")
+    (root / "data" / "gsm8k_tool").mkdir()  # as prepare_data's gsm8k_tool writes it (+exp=gsm8k_multiturn_tools)
+    for split in ("train", "test"):
+        pq.write_table(pa.Table.from_pylist(tool_rows(4)), root / "data" / "gsm8k_tool" / f"{split}.parquet")
     (root / "models" / "empty").mkdir(parents=True)
     if HAVE_VERL:
         subprocess.run([sys.executable, "-c", "import sys; from pathlib import Path; from rayjobs.preflight.verlcheck import stub_model;"
@@ -56,6 +59,14 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
             if f.name != "config.json":
                 (two / f.name).write_bytes(f.read_bytes())
     return root
+
+
+def tool_rows(n: int, tool: str = "calc_gsm8k_reward", **extra) -> list[dict]:
+    """Rows in prepare_data's gsm8k_tool format (the fields the checks read)."""
+    return [{"data_source": "openai/gsm8k", "prompt": [{"role": "user", "content": "1+1?"}],
+             "reward_model": {"style": "rule", "ground_truth": "2"}, **extra,
+             "extra_info": {"index": i, "need_tools_kwargs": True,
+                            "tools_kwargs": {tool: {"create_kwargs": {"ground_truth": "2"}}}}} for i in range(n)]
 
 
 def base(store: Path, exp: str = "ppo_gsm8k_qwen05b") -> list[str]:
@@ -174,7 +185,7 @@ def test_both_presets_pass(workdir, store, monkeypatch):
     from rayjobs.submit import pipeline
 
     monkeypatch.setattr(checks, "cluster_env_names", lambda embedded: {"WANDB_API_KEY"})
-    for exp in ("ppo_gsm8k_qwen05b", "grpo_7b"):
+    for exp in ("ppo_gsm8k_qwen05b", "grpo_7b", "gsm8k_multiturn_tools"):
         prepared = pipeline.prepare([compose.compose([f"+exp={exp}", f"rayjobs.storage={store}"])])
         assert checks.last_timing["points"] == 1
         if HAVE_VERL:
@@ -289,3 +300,155 @@ def test_cluster_verl_version_mismatch(workdir, monkeypatch):
     monkeypatch.setattr(settings, "remembered_cluster", lambda: {"verl": "0.8.0", "secrets": ["WANDB_API_KEY"]})
     with pytest.raises(checks.ConfigError, match=r"verl='0\.8\.0': the cluster runs verl 0\.8\.0 but the config was composed .* against verl 0\.9\.1"):
         checks.check_cluster(StubDashboard("2.60.0", [(0, 2, 0, 8)], source="cluster c1"), _prepared())
+
+
+# --------------------------------------------------------------------------- multi-turn tools (pure: no cluster)
+TOOL_YAML = """tools:
+  - class_name: {cls}
+    config: {{type: {ctype}}}
+    tool_schema:
+      type: function
+      function:
+        name: {name}
+        description: {desc}
+        parameters:
+          type: object
+          properties: {{answer: {{type: string, description: the answer}}}}
+          required: [answer]
+"""
+TOOL_PY = ("from verl.tools.base_tool import BaseTool\n\n\nclass CalcTool(BaseTool):\n"
+           "    async def execute(self, instance_id, parameters, **kwargs):\n        return None, 0.0, {}\n")
+
+
+def tool_project(root: Path, cls: str = "mytools.calc.CalcTool", ctype: str = "native", name: str = "calc",
+                 desc: str = "checks an answer", yaml_text: str | None = None, py: str = TOOL_PY,
+                 files: dict[str, str] | None = None) -> Path:
+    """A user's working_dir with a tool config (tools.yaml) and a tool module (mytools/calc.py, a namespace package)."""
+    root.mkdir(parents=True, exist_ok=True)
+    for name, text in (files or {}).items():
+        (root / name).write_text(text)
+    (root / "mytools").mkdir(exist_ok=True)
+    (root / "mytools" / "calc.py").write_text(py)
+    (root / "tools.yaml").write_text(yaml_text if yaml_text is not None else
+                                     TOOL_YAML.format(cls=cls, ctype=ctype, name=name, desc=desc))
+    return root
+
+
+def tool_check(wd: Path, *overrides: str, files_visible: bool = True) -> list[str]:
+    """tools.tool_problems on the gsm8k_multiturn_tools preset shipping ``wd`` with its tools.yaml."""
+    from rayjobs.preflight import tools
+
+    c = compose.compose(["+exp=gsm8k_multiturn_tools", f"rayjobs.working_dir={wd}",
+                         "actor_rollout_ref.rollout.multi_turn.tool_config_path=tools.yaml", *overrides])
+    return [p.line() for p in tools.tool_problems(c.cfg, str(wd), files_visible=files_visible)]
+
+
+KEY_TC = "actor_rollout_ref.rollout.multi_turn.tool_config_path='tools.yaml'"
+TOOL_CASES = [  # (id, tool_project kwargs, extra overrides, the one line expected)
+    ("removed_verl_tool", {"cls": "verl.tools.gsm8k_tool.Gsm8kTool"}, [],
+     rf"^{re.escape(KEY_TC)}: tools\[0\]: class_name='verl\.tools\.gsm8k_tool\.Gsm8kTool': verl 0\.9\.1 has no verl\.tools\.gsm8k_tool: "
+     r"verl removed its tool implementations before 0\.8 \(verl#6302.*'NoneType' object has no attribute 'loader'\); fix: ship your own "
+     r"BaseTool subclass in the job's working_dir .*class_name multiturn\.gsm8k_tool\.Gsm8kTool"),
+    ("unknown_verl_class", {"cls": "verl.tools.base_tool.NoSuchTool"}, [], r"tools\[0\]: class_name='verl\.tools\.base_tool\.NoSuchTool': .*base_tool\.py defines no NoSuchTool \(it has: BaseTool\)"),
+    ("module_not_in_working_dir", {"cls": "othertools.calc.CalcTool"}, [],
+     r"tools\[0\]: class_name='othertools\.calc\.CalcTool': no module 'othertools\.calc' in the job's working_dir .*; fix: put othertools/calc\.py in the working_dir"),
+    ("class_not_in_module", {"cls": "mytools.calc.Calc"}, [], r"mytools/calc\.py defines no Calc \(it has: CalcTool\); fix: fix class_name"),
+    ("class_without_base", {"py": "class CalcTool:\n    pass\n"}, [], r"CalcTool in .* has no base class; verl instantiates BaseTool subclasses"),
+    ("module_not_python", {"py": "class CalcTool(BaseTool:\n"}, [], r"mytools/calc\.py cannot be parsed as Python \(SyntaxError\)"),
+    ("class_name_not_dotted", {"cls": "CalcTool"}, [], r"tools\[0\]: class_name='CalcTool' is not a dotted module path"),
+    ("mcp_type", {"ctype": "mcp"}, [], r"tools\[0\]: config\.type='mcp': verl 0\.9\.1 knows only type native"),
+    ("schema_without_description", {"desc": "''"}, [], r"tools\[0\]: tool_schema\.function\.description is missing"),
+    ("unparsable_yaml", {"yaml_text": "tools:\n  - class_name: mytools.calc.CalcTool\n    config: {type: native\n"}, [],
+     rf"^{re.escape(KEY_TC)}: cannot be parsed as YAML \(.+\); fix: fix the tool config"),
+    ("no_tools_list", {"yaml_text": "tool:\n  - class_name: mytools.calc.CalcTool\n"}, [], r"has no non-empty `tools:` list"),
+    ("no_schema_and_no_builder", {"yaml_text": "tools:\n  - class_name: mytools.calc.CalcTool\n    config: {type: native}\n"}, [],
+     r"tools\[0\]: has no tool_schema and its class builds none"),
+    ("missing_tool_config", {}, ["actor_rollout_ref.rollout.multi_turn.tool_config_path=conf/tools.yaml"],
+     r"^actor_rollout_ref\.rollout\.multi_turn\.tool_config_path='conf/tools\.yaml': no such file in the job's working_dir \(.*/conf/tools\.yaml\)"),
+    ("tool_config_outside", {}, ["actor_rollout_ref.rollout.multi_turn.tool_config_path=../tools.yaml"], r"tool_config_path='\.\./tools\.yaml': leaves the job's working_dir"),
+    ("single_turn_agent", {}, ["actor_rollout_ref.rollout.agent.default_agent_loop=single_turn_agent"],
+     r"^actor_rollout_ref\.rollout\.agent\.default_agent_loop='single_turn_agent': tools are configured \(multi_turn\.tool_config_path\) but the "
+     r"default agent loop 'single_turn_agent' never calls a tool: .*verl#4441.*; fix: set actor_rollout_ref\.rollout\.agent\.default_agent_loop=tool_agent"),
+    ("unknown_agent", {}, ["actor_rollout_ref.rollout.agent.default_agent_loop=tool_agnet"], r"'tool_agnet' is not an agent loop of verl 0\.9\.1 \(single_turn_agent, tool_agent\)"),
+    ("mode_not_async", {}, ["actor_rollout_ref.rollout.mode=server"], r"^actor_rollout_ref\.rollout\.mode='server': tools run in verl's agent loop, which is async rollout only.*; fix: set actor_rollout_ref\.rollout\.mode=async"),
+    ("unknown_parser", {}, ["actor_rollout_ref.rollout.multi_turn.format=llama3_json"], r"multi_turn\.format='llama3_json': is not a tool-call parser of verl 0\.9\.1.*hermes"),
+    ("function_tool_missing", {}, ["actor_rollout_ref.rollout.multi_turn.function_tool_path=fns.py"], r"function_tool_path='fns\.py': no such file in the job's working_dir"),
+    ("function_tool_undecorated", {"files": {"fns.py": "def add(a: int, b: int) -> int:\n    return a + b\n"}},
+     ["actor_rollout_ref.rollout.multi_turn.function_tool_path=fns.py"], r"function_tool_path='fns\.py': defines no @function_tool function"),
+]
+
+
+@pytest.mark.parametrize("case,kwargs,overrides,pattern", TOOL_CASES, ids=[c[0] for c in TOOL_CASES])
+def test_tool_config_problem_is_one_line(tmp_path, monkeypatch, case, kwargs, overrides, pattern):
+    monkeypatch.chdir(tmp_path)
+    lines = tool_check(tool_project(tmp_path / "proj", **kwargs), *overrides)
+    assert len(lines) == 1 and re.search(pattern, lines[0]), "\n".join(lines)
+    assert "\n" not in lines[0] and "; fix: " in lines[0]
+
+
+def test_tool_configs_that_work_pass(tmp_path, monkeypatch, store):
+    """The shipped preset as is (its working_dir: rayjobs' scripts/), a user's own tool in a namespace package,
+    a verl class that exists, rows that pick the tool agent themselves, a custom agent loop config."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from rayjobs.preflight import tools
+
+    monkeypatch.chdir(tmp_path)
+    shipped = compose.compose(["+exp=gsm8k_multiturn_tools", f"rayjobs.storage={store}"])
+    assert tools.tool_problems(shipped.cfg, str(shipped.cfg.rayjobs.working_dir)) == []
+    wd = tool_project(tmp_path / "proj")
+    assert tool_check(wd) == []
+    assert tool_check(tool_project(tmp_path / "v", cls="verl.tools.base_tool.BaseTool")) == []
+    fns = "from verl.tools.function_tool import function_tool\n\n\n@function_tool\ndef add(a: int, b: int) -> int:\n    return a + b\n"
+    assert tool_check(tool_project(tmp_path / "f", files={"fns.py": fns}), "actor_rollout_ref.rollout.multi_turn.function_tool_path=fns.py") == []
+    picked = tmp_path / "picked.parquet"
+    pq.write_table(pa.Table.from_pylist(tool_rows(3, tool="calc", agent_name="tool_agent")), picked)
+    assert tool_check(wd, "actor_rollout_ref.rollout.agent.default_agent_loop=single_turn_agent",
+                      f"data.train_files={picked}", f"data.val_files={picked}") == []
+    (wd / "agents.yaml").write_text("- name: my_agent\n  _target_: mytools.agent.MyLoop\n")
+    assert tool_check(wd, "actor_rollout_ref.rollout.agent.default_agent_loop=my_agent",
+                      "actor_rollout_ref.rollout.agent.agent_loop_config_path=agents.yaml") == []
+    assert tools.tool_problems(compose.compose(["+exp=grpo_7b"]).cfg, str(wd)) == []  # no tools, nothing to say
+
+
+def test_tool_data_keyed_by_another_tool_is_refused(tmp_path, monkeypatch, capsys):
+    """verl hands a tool only tools_kwargs[<its name>]: data for another name means no ground truth, silently."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    monkeypatch.chdir(tmp_path)
+    wd = tool_project(tmp_path / "proj")
+    other, bare = tmp_path / "other.parquet", tmp_path / "bare.parquet"
+    pq.write_table(pa.Table.from_pylist(tool_rows(2, tool="calc_gsm8k_reward")), other)
+    pq.write_table(pa.table({"data_source": ["openai/gsm8k"], "prompt": [[{"role": "user", "content": "1+1?"}]]}), bare)
+    lines = tool_check(wd, f"data.train_files={other}", f"data.val_files={bare}")
+    assert len(lines) == 1 and re.search(rf"^data\.train_files='{re.escape(str(other))}': its rows' extra_info\.tools_kwargs are for "
+                                         r"calc_gsm8k_reward, but the tool config declares calc: .*; fix: ", lines[0]), lines
+    assert f"{bare}: rows carry no extra_info.tools_kwargs" in capsys.readouterr().err  # a note, not an error
+
+
+def test_tool_paths_on_a_remote_cluster_or_a_rerun(tmp_path, monkeypatch, capsys):
+    """An absolute tool config on a remote cluster is a note; a rerun's snapshot (://) is not read from here."""
+    monkeypatch.chdir(tmp_path)
+    wd = tool_project(tmp_path / "proj", cls="verl.tools.gsm8k_tool.Gsm8kTool")
+    assert tool_check(wd, "actor_rollout_ref.rollout.multi_turn.tool_config_path=/only/on/nodes.yaml", files_visible=False) == []
+    assert "is absolute: it must exist at that path on every node" in capsys.readouterr().err
+    from rayjobs.preflight import tools
+
+    c = compose.compose(["+exp=gsm8k_multiturn_tools"])
+    assert tools.tool_problems(c.cfg, "gcs://_ray_pkg_abc.zip") == []
+
+
+def test_dry_run_refuses_a_missing_tool_config_and_an_unknown_tool_class(workdir, store):
+    """python -m rayjobs.submit ... rayjobs.dry_run=true, as a user runs it (no Ray cluster is started)."""
+    args = ["+exp=gsm8k_multiturn_tools", f"rayjobs.storage={store}", "trainer.logger=[console]", "rayjobs.dry_run=true"]
+    r = rayjobs_submit(*args, "actor_rollout_ref.rollout.multi_turn.tool_config_path=multiturn/nope.yaml", cwd=workdir)
+    assert r.returncode == 2 and r.stdout.strip() == "", r.stderr
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error: ")]
+    assert len(errors) == 1 and LINE.match(errors[0]) and "tool_config_path='multiturn/nope.yaml': no such file in the job's working_dir" in errors[0]
+    tool_project(workdir / "proj", cls="verl.tools.gsm8k_tool.Gsm8kTool")
+    r = rayjobs_submit(*args, f"rayjobs.working_dir={workdir / 'proj'}",
+                       "actor_rollout_ref.rollout.multi_turn.tool_config_path=tools.yaml", cwd=workdir)
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error: ")]
+    assert r.returncode == 2 and len(errors) == 1 and LINE.match(errors[0]), r.stderr
+    assert "verl 0.9.1 has no verl.tools.gsm8k_tool: verl removed its tool implementations" in errors[0]

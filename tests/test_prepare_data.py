@@ -27,7 +27,7 @@ import prepare_data  # noqa: E402
 
 NO_HUB = "http://127.0.0.1:9"
 FALLBACK = re.compile(
-    r"^(gsm8k|math): the Hugging Face hub is not reachable \((?P<reason>[^\n]+)\); using the sample shipped with "
+    r"^(gsm8k_tool|gsm8k|math): the Hugging Face hub is not reachable \((?P<reason>[^\n]+)\); using the sample shipped with "
     r"rayjobs: 64 train / 32 test rows, NOT the full dataset \(for the full one, run where the hub is reachable, "
     r"or rayjobs\.prepare\.source=<dir or file>\)$")
 
@@ -112,8 +112,61 @@ def test_sample_has_the_advertised_rows_and_says_it_is_a_sample(tmp_path, datase
     assert (SAMPLE / "NOTICE.md").is_file()
 
 
+def test_gsm8k_tool_rows_are_verls_tool_use_format(tmp_path):
+    """gsm8k_tool from the shipped GSM8K sample: verl's gsm8k_multiturn_w_tool.py rows, field for field,
+    with tools_kwargs keyed by the function name of the tool config the preset ships."""
+    import yaml
+
+    out = tmp_path / "out"
+    r = prepare(tmp_path, "--dataset=gsm8k_tool", "--source=sample", f"--out={out}")
+    assert r.returncode == 0, r.stderr
+    assert f"gsm8k_tool train: 64 rows -> {out / 'train.parquet'} (SAMPLE of 64 rows, not the full dataset)" in r.stdout
+    tool_cfg = yaml.safe_load((REPO / "scripts" / "multiturn" / "gsm8k_tool_config.yaml").read_text())
+    tool = tool_cfg["tools"][0]["tool_schema"]["function"]["name"]
+    assert tool == prepare_data.GSM8K_TOOL_NAME == "calc_gsm8k_reward"
+    system = ("You are a math expert. You are given a question and you need to solve it step by step. "
+              "Reasoning step by step before any tool call. You should use the `calc_gsm8k_reward` tool after step "
+              "by step solving the question, before generate final answer at least once and refine your answer if "
+              "necessary. Put your final answer in the format of `#### <answer>`.")
+    for split, n in (("train", 64), ("test", 32)):
+        src = [json.loads(x) for x in (SAMPLE / "gsm8k" / f"{split}.jsonl").read_text().splitlines()]
+        got = parquet(out / f"{split}.parquet")
+        assert len(got) == n == len(src)
+        for idx, (row, rec) in enumerate(zip(got, src)):
+            truth = prepare_data.gsm8k_answer(rec["answer"])
+            assert row == {
+                "data_source": "openai/gsm8k",
+                "prompt": [{"role": "system", "content": system},
+                           {"role": "user", "content": rec["question"] + " Let's think step by step and output the "
+                                                                          "final answer after `####`."}],
+                "ability": "math",
+                "reward_model": {"style": "rule", "ground_truth": truth},
+                "extra_info": {"split": split, "index": idx, "answer": rec["answer"], "question": rec["question"],
+                               "need_tools_kwargs": True,
+                               "tools_kwargs": {tool: {"create_kwargs": {"ground_truth": truth}}}},
+            }
+    meta = json.loads((out / "prepared.json").read_text())
+    assert meta["dataset"] == "gsm8k_tool" and meta["sample"] is True and meta["rows"] == {"train": 64, "test": 32}
+
+
+def test_gsm8k_tool_from_a_local_file_and_plain_gsm8k_unchanged(tmp_path):
+    """Local GSM8K-column data works for gsm8k_tool too; the single-turn gsm8k rows gain no tool fields."""
+    src = tmp_path / "train.jsonl"
+    src.write_text("".join(json.dumps({"question": f"{i}+{i}?", "answer": f"so #### {2 * i}"}) + "\n" for i in range(10)))
+    out = tmp_path / "tool"
+    r = prepare(tmp_path, "--dataset=gsm8k_tool", f"--source={src}", f"--out={out}")
+    assert r.returncode == 0, r.stderr
+    test = parquet(out / "test.parquet")
+    assert len(test) == 1 and test[0]["extra_info"]["tools_kwargs"] == {"calc_gsm8k_reward": {"create_kwargs": {"ground_truth": "18"}}}
+    r = prepare(tmp_path, "--dataset=gsm8k", f"--source={src}", f"--out={tmp_path / 'plain'}")
+    assert r.returncode == 0, r.stderr
+    plain = parquet(tmp_path / "plain" / "train.parquet")[0]
+    assert [m["role"] for m in plain["prompt"]] == ["user"] and plain["prompt"][0]["content"].endswith('after "####".')
+    assert set(plain["extra_info"]) == {"split", "index", "answer", "question"}
+
+
 # --------------------------------------------------------------------------- auto
-@pytest.mark.parametrize("dataset", ["gsm8k", "math"])
+@pytest.mark.parametrize("dataset", ["gsm8k", "math", "gsm8k_tool"])
 def test_auto_falls_back_to_the_sample_when_the_hub_is_unreachable(tmp_path, dataset):
     out = tmp_path / "out"
     t0 = time.monotonic()

@@ -9,9 +9,11 @@ line (key, value, rule, fix) and the submit stops with exit 2 before anything re
 2. verl's own validation (:mod:`rayjobs.preflight.verlcheck`, run by the warm
    :mod:`rayjobs.preflight.helper` process) when verl imports here; otherwise a one-time note says
    so and layer 1 is the (weaker) check.
-3. :mod:`rayjobs.preflight.clusterfiles` and :mod:`rayjobs.preflight.secretnames` -- what the job
-   reads on the cluster: data files and model dirs, a reward function for every data_source
-   (when the cluster's storage is visible here: the embedded cluster), secrets by name.
+3. :mod:`rayjobs.preflight.clusterfiles`, :mod:`rayjobs.preflight.tools` and
+   :mod:`rayjobs.preflight.secretnames` -- what the job reads on the cluster: data files and model
+   dirs, a reward function for every data_source (when the cluster's storage is visible here: the
+   embedded cluster), the multi-turn tool config and its classes (in the working_dir) and the agent
+   loop that calls them, secrets by name.
 
 :func:`check_all` runs them over every point of a submission (dry-run included);
 :func:`check_cluster` adds what needs the live cluster (:mod:`rayjobs.preflight.livecluster`).
@@ -31,6 +33,7 @@ from rayjobs.preflight.keys import get_key, runs_verl_trainer
 from rayjobs.preflight.problem import UNSET, VERL_FIX, Problem, note
 from rayjobs.preflight.rules import config_problems
 from rayjobs.preflight.secretnames import cluster_env_names
+from rayjobs.preflight.tools import tool_problems
 from rayjobs.submit.configcache import resolve_points
 
 if TYPE_CHECKING:
@@ -101,8 +104,9 @@ def _own_problems(p: Any, cfg: dict, where: dict[str, Any]) -> list[Problem]:
         if not target.embedded:
             note("remote cluster: data files and model dirs on its storage are not visible from here "
                  "(verl checks them on the cluster when the job starts)")
-    return probs + runtime_problems(cfg, where["names"] or None, str(p.spec.runtime_env.get("working_dir", os.getcwd())),
-                                    files_visible=where["target"].embedded)
+    wd, visible = str(p.spec.runtime_env.get("working_dir", os.getcwd())), where["target"].embedded
+    return (probs + runtime_problems(cfg, where["names"] or None, wd, files_visible=visible)
+            + tool_problems(cfg, wd, files_visible=visible))
 
 
 def _verl_problems(plains: list[dict], per_point: list[list[Problem]]) -> int:

@@ -62,7 +62,7 @@ def runtime_problems(cfg: Any, env_names: Optional[set[str]], working_dir: str, 
 
 
 #: The datasets ``+exp=prepare_data`` makes, by the folder name it writes them to (``<storage>/data/<name>/``).
-PREPARED_DATASETS = ("gsm8k", "math")
+PREPARED_DATASETS = ("gsm8k", "math", "gsm8k_tool")
 
 
 def _note_sample(path: str) -> None:
@@ -85,7 +85,7 @@ def _prepare_hint(path: str) -> str:
     ds = parts[-2] if len(parts) >= 3 and parts[-3] == "data" else ""
     if ds in PREPARED_DATASETS:
         return f"create it first: python -m rayjobs.submit +exp=prepare_data rayjobs.prepare.dataset={ds}"
-    return "create it first (python -m rayjobs.submit +exp=prepare_data rayjobs.prepare.dataset=gsm8k|math) or fix the path"
+    return "create it first (python -m rayjobs.submit +exp=prepare_data rayjobs.prepare.dataset=gsm8k|math|gsm8k_tool) or fix the path"
 
 
 def _reward(cfg: Any, working_dir: str, data_files: list[str], files_visible: bool) -> list[Problem]:

@@ -2,7 +2,8 @@
 
 ``import verl`` pulls torch, tensordict and transformers (6-16 s); the compose-only laptop install
 (``pip install --no-deps verl``) has none of them. The names verl accepts (rollout backends,
-advantage estimators, logger backends, the ``data_source`` values its default reward handles) are
+advantage estimators, logger backends, the ``data_source`` values its default reward handles, agent
+loops and tool-call parsers) are
 parsed from the files instead, with verl 0.9.1's values as the fallback.
 """
 
@@ -54,7 +55,19 @@ def verl_facts() -> dict[str, Any]:
     from rayjobs.submit.compose import verl_version
 
     return {"version": verl_version(), "rollout": backends, "estimators": est, "loggers": loggers,
-            "reward_exact": exact, "reward_prefixes": prefixes}
+            "reward_exact": exact, "reward_prefixes": prefixes, **_agent_facts()}
+
+
+def _agent_facts() -> dict[str, list[str]]:
+    """The agent loops (``@register("name")``) and tool-call parsers (``@ToolParser.register``) of verl."""
+    root = _verl_root()
+    loops: set[str] = set()
+    for f in sorted((root / "experimental" / "agent_loop").glob("*.py")) if root else []:
+        loops.update(re.findall(r'^@register\(\s*"([\w-]+)"', _read(str(f.relative_to(root))), re.M))
+    parsers = re.findall(r'^@ToolParser\.register\(\s*"([\w.-]+)"', _read("experimental/agent_loop/tool_parser.py"), re.M)
+    return {"agent_loops": sorted(loops) or ["single_turn_agent", "tool_agent"],
+            "tool_parsers": sorted(set(parsers)) or ["deepseek_v4", "gemma4", "glm", "gpt-oss", "hermes", "kimi",
+                                                     "minimax", "qwen3_coder", "seed"]}
 
 
 def _reward_sources(src: str) -> tuple[frozenset, tuple]:

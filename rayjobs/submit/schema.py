@@ -23,7 +23,7 @@ KINDS = ("verl", "command")
 class PrepareConfig:
     """``+exp=prepare_data``: which dataset, from where."""
 
-    dataset: str = "gsm8k"  #: gsm8k | math
+    dataset: str = "gsm8k"  #: gsm8k | math | gsm8k_tool
     source: str = "auto"  #: auto | hub | sample | a directory | a file
 
 
