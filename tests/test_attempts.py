@@ -108,7 +108,8 @@ def test_a_resume_that_trains_no_step_is_not_a_success(cluster, client, workdir)
     assert text.count("[rayjobs] attempt 3 of run") == 0  # not retried: it would do the same again
     row = status_json(sid)
     assert row["cause"].startswith("no progress: exited 0 at step 2 of 6")
-    assert [f.split(":")[1].strip() for f in row["failures"]] == ["error", "no progress"]
+    assert [f.split(": ", 2)[1] for f in row["failures"]] == ["RuntimeError", "no progress"]
+    assert row["failures"][0] == "attempt 1: RuntimeError: fake crash at step 3"
     tail = rayjobs_cli("tail", sid, "--plain")
     assert tail.returncode == 1 and f"{sid} FAILED: no progress: exited 0 at step 2 of 6" in tail.stderr, tail.stderr
     listed = rayjobs_cli("list")

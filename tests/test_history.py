@@ -119,7 +119,7 @@ def check_the_local_record(c: FakeGpuCluster, ok: str, bad: str, running: str, t
 
     logs = rayjobs_cli("logs", bad, "--address", c.address)  # the kept end of its log
     assert logs.returncode == 0 and "cluster unreachable" in logs.stderr, logs.stderr
-    assert "fake crash at step 2" in logs.stdout and "[rayjobs] job failed: error: RuntimeError" in logs.stdout
+    assert "fake crash at step 2" in logs.stdout and "[rayjobs] job failed: RuntimeError: fake crash at step 2" in logs.stdout
 
     png = tmp_path / "gone.png"
     plot = cli_json("plot", ok, bad, "-o", str(png), "--address", c.address)

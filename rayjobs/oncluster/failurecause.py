@@ -27,8 +27,11 @@ class Cause:
     detail: str = ""
 
     def line(self) -> str:
-        """``node lost: ray.exceptions.ActorDiedError: ...`` (one line, at most ~200 characters)."""
+        """``node or worker lost: ray.exceptions.ActorDiedError: ...`` (one line, at most ~200
+        characters); an unclassified error is its exception line alone (``RuntimeError: ...``)."""
         detail = " ".join(self.detail.split())
+        if self.kind == "error" and detail:
+            return detail[:200]
         return f"{self.kind}: {detail[:180]}" if detail else self.kind
 
 

@@ -28,7 +28,8 @@ TOTAL = re.compile(r"Total training steps: (?P<total>\d+)")
 WANDB = re.compile(r"https?://(?:[\w.-]*\.)?wandb\.ai/\S+/runs/[\w-]+")
 ATTEMPT = re.compile(r"^\[rayjobs\] attempt (?P<n>\d+)\b")
 #: The runner's one-line causes (rayjobs.oncluster.failurecause): each failed attempt's, the job's.
-FAILED = re.compile(r"^\[rayjobs\] (?:attempt (?P<n>\d+)|job) failed: (?P<cause>.+)$")
+FAILED = re.compile(r"^\[rayjobs\] (?:attempt (?P<n>\d+)|job) failed: (?P<cause>.+?)"
+                    r"(?: \((?:not retried|no retry left|RAYJOBS_MAX_ATTEMPTS)[^\n]*\))?$")
 #: The runner's lines on verl's checkpoints (rayjobs.oncluster.checkpointwatch): complete ones only.
 CHECKPOINT = re.compile(r"^\[rayjobs\] (?:checkpoint saved|last checkpoint): step (?P<step>\d+)\b")
 VALDICT = re.compile(r"(?P<which>Initial|Final) validation metrics: (?P<d>\{.*\})\s*$")
