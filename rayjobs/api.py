@@ -85,8 +85,12 @@ class Job:
             # no metadata: perhaps what Ray writes back for a job pruned too soon; a pre-started
             # job is QUEUED while the queue still lists it as waiting
             m = jobrows.meta(job)
-            if not m or m.get(STANDBY_KEY):
-                job = QueueView.read(d).as_job(self.job_id) or job
+            view = QueueView.read(d, history=not m)
+            if not m or m.get(STANDBY_KEY) or self.job_id in view.waiting:
+                job = view.as_job(self.job_id) or job
+            else:  # a preempted run (Ray: STOPPED) going back in line, or a run being preempted
+                job = queue_overlay(d.job(self.job_id), view) if view.holds(self.job_id) \
+                    or view.preempting_for(self.job_id) else job
         except JobNotFound:
             job = QueueView.read(d).as_job(self.job_id)
             if job is None:
@@ -258,11 +262,23 @@ def all_jobs(d: "Dashboard", view: Any = None) -> list[Any]:
     # An entry without metadata for a job the queue finished is the one Ray writes back for a job
     # pruned from its table while the supervisor was exiting: the queue's history is the truth.
     # A pre-started job (the queue's standby) is QUEUED while the queue lists it as waiting.
-    jobs: list[Any] = [j for j in d.list_jobs() if (j.get("metadata") or j.get("submission_id") not in view.history)
+    jobs: list[Any] = [queue_overlay(j, view) for j in d.list_jobs()
+                       if (j.get("metadata") or j.get("submission_id") not in view.history)
                        and j.get("submission_id") not in view.waiting]
     in_ray = {j.get("submission_id") for j in jobs}
     jobs += [view.as_job(i) for i in sorted(view.ids() - in_ray)]
     return jobs
+
+
+def queue_overlay(job: dict[str, Any], view: Any) -> dict[str, Any]:
+    """A Ray job (dict) as the queue sees it: a preempted run that Ray shows STOPPED is QUEUED
+    (going back to its place in line); a run being preempted carries ``preempting_for``."""
+    sid = job.get("submission_id")
+    if view.holds(sid):
+        return dict(job, status="QUEUED", end_time=None, preempted={"by": view.preempted[sid].get("by")},
+                    message="preempted: going back to its place in the queue")
+    by = view.preempting_for(sid)
+    return dict(job, preempting_for=by) if by else job
 
 
 def stop_jobs(job_ids: Sequence[str] = (), *, sweep: Optional[str] = None, wait: float = 90.0,

@@ -80,6 +80,8 @@ def fixed_env(monkeypatch, tmp_path):
     monkeypatch.setenv("RAYJOBS_STORAGE", "/shared/rayjobs")
     monkeypatch.setenv("RAYJOBS_CLUSTER_NNODES", "2")
     monkeypatch.setenv("RAYJOBS_CLUSTER_GPUS_PER_NODE", "8")
+    for var in ("LOGNAME", "USER", "LNAME", "USERNAME"):  # the submitter recorded in the metadata
+        monkeypatch.setenv(var, "alice")
     monkeypatch.chdir(tmp_path)  # no user presets
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import shutil
 import tempfile
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -187,3 +188,29 @@ def test_the_watch_fires_at_its_timeout_without_a_checkpoint(tmp_path, monkeypat
     wait_until(lambda: fired, 5, "the stop at the timeout", every=0.05)
     w.close()
     assert fired == ["no new checkpoint within 0.3 s; the steps since the start will be redone"]
+
+
+def test_the_watch_stops_at_once_when_nothing_was_trained_since_the_last_checkpoint(tmp_path, monkeypatch):
+    """A preemption (or a stop at checkpoint) right after a save: nothing to lose, so no wait for the
+    next one. Steps logged past the checkpoint: it waits, as before."""
+    monkeypatch.setattr(checkpointwatch, "POLL_S", 0.05)
+    ckpt, run, metrics = tmp_path / "ckpt", tmp_path / "run", tmp_path / "metrics.1.jsonl"
+    ckpt.mkdir()
+    (ckpt / checkpointwatch.TRACKER).write_text("10")
+    metrics.write_text("".join(json.dumps({"step": s, "data": {}}) + "\n" for s in range(1, 12)))  # step 11 trained
+    lines: list[str] = []
+    fired: list[str] = []
+    w = checkpointwatch.CheckpointWatch(str(ckpt), run, "j", lines.append, fired.append, since=time.time() - 1,
+                                        metrics=metrics).start()
+    checkpointwatch.ask_stop(run, "j", 60, reason="preempted by hi-1")
+    wait_until(lambda: any(ln.startswith("preempted by hi-1: stopping once") for ln in lines), 5, "the request", every=0.05)
+    time.sleep(0.3)
+    assert not fired  # step 11 would be lost: wait for the next save
+    w.close()
+    metrics.write_text("".join(json.dumps({"step": s, "data": {}}) + "\n" for s in range(1, 11)))  # up to the save
+    w = checkpointwatch.CheckpointWatch(str(ckpt), run, "j", lines.append, fired.append, since=time.time() - 1,
+                                        metrics=metrics).start()
+    checkpointwatch.ask_stop(run, "j", 60, reason="preempted by hi-2")
+    wait_until(lambda: fired, 5, "the stop at once", every=0.05)
+    w.close()
+    assert fired == ["nothing trained since checkpoint step 10: nothing to lose"]

@@ -52,8 +52,9 @@ def connect_cmd(name: Optional[str], port: Optional[int], close: bool) -> None:
 
 @main.command("cluster")
 @click.option("--json", "as_json", is_flag=True, help="Print the view as JSON.")
-def cluster_cmd(as_json: bool) -> None:
-    """Nodes (GPUs reserved, GPU utilisation and memory, CPU, RAM), versions per node, the queue.
+@click.option("--address", default=None, metavar="URL", help="The cluster's dashboard (default: the settings' precedence).")
+def cluster_cmd(as_json: bool, address: Optional[str]) -> None:
+    """Nodes (GPUs reserved, GPU utilisation and memory, CPU, RAM), versions per node, the queue, use per user.
 
     GPU utilisation and memory come from Ray's Prometheus metrics (through the head's metrics
     gateway when connected with `rayjobs connect`); a warning on stderr when the client's rayjobs or
@@ -61,7 +62,7 @@ def cluster_cmd(as_json: bool) -> None:
     """
     from rayjobs.views import clusterview
 
-    v = run_cli(clusterview.view)
+    v = run_cli(lambda: clusterview.view(address=address))
     click.echo(json.dumps(v, indent=2) if as_json else clusterview.render(v))
     for w in v["warnings"]:
         click.echo(f"rayjobs: warning: {w}", err=True)

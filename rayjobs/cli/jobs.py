@@ -124,7 +124,8 @@ def _kept_log(job_id: str, e: Exception) -> int:
 # --------------------------------------------------------------------------- status / list
 STATUS_FIELDS = ("status", "experiment", "sweep", "label", "overrides", "priority", "attempt", "failures", "queue_position",
                  "gpus", "submitted_at", "start_time", "end_time", "step", "total_steps", "checkpoint_step", "metrics", "wandb_url",
-                 "run", "resumed_from", "rerun_of", "error", "reaped", "message")
+                 "run", "resumed_from", "rerun_of", "user", "after", "preempted_by", "redo_steps", "preemptions",
+                 "preempting_for", "error", "reaped", "message")
 
 
 @main.command("status")
@@ -220,6 +221,8 @@ def _status_text(row: dict[str, Any]) -> str:
             v = " ".join(str(v).split())[:300]
         elif k == "reaped":
             v = "; ".join(v)
+        elif k == "after":
+            v = ", ".join(v)
         elif k == "attempt":
             v = jobrows.attempt_text(row) or v
         elif k == "failures":  # one line per failed attempt, its cause
@@ -278,6 +281,21 @@ def _rich_table(rows: list[dict[str, Any]], cells: list[list[str]]) -> None:
     Console().print(t)
 
 
+def queue_note(r: dict[str, Any]) -> str:
+    """What the queue does with the job, for STATUS: `` (PREEMPTED by X)``, `` (preempted by X: to its
+    next checkpoint)``, `` (quota)``, `` (after X)``; empty otherwise."""
+    if r.get("preempted_by") and r.get("status") == "QUEUED":
+        redo = f", redoes {r['redo_steps']}" if r.get("redo_steps") else ""
+        return f" (PREEMPTED by {r['preempted_by']}{redo})"
+    if r.get("preempting_for"):
+        return f" (preempted by {r['preempting_for']}: to its next checkpoint)"
+    if r.get("held") == "quota":
+        return " (quota)"
+    if r.get("held") == "after" and r.get("after"):
+        return f" (after {', '.join(r['after'][:2])}{' ...' if len(r['after']) > 2 else ''})"
+    return ""
+
+
 def _cells(r: dict[str, Any], now: float) -> list[str]:
     """One row of :data:`LIST_COLUMNS` as text (empty where the job has no value). STATUS:
     ``QUEUED #3``, ``FAILED (cause)``; from the local record ``SUCCEEDED*`` (the final state kept),
@@ -293,6 +311,7 @@ def _cells(r: dict[str, Any], now: float) -> list[str]:
         status = r["status"] + "*"
     if r.get("cause"):  # the kind only (``node lost``); status shows the whole line
         status += f" ({str(r['cause']).split(': ', 1)[0]})"
+    status += queue_note(r)
     if local and not r.get("final"):
         status += " (cluster gone)"
     if r.get("source") == "record":

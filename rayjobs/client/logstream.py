@@ -174,11 +174,13 @@ class LogFollower:
 
     def __init__(self, dash: Dashboard, job_id: str, interval: float = 0.05, status_every: float = 0.5,
                  outage_s: float = 300.0, tick: float = 0.1, say: Callable[[str], None] = _say,
-                 job: Optional[dict[str, Any]] = None) -> None:
+                 job: Optional[dict[str, Any]] = None, start: int = 0) -> None:
+        """``start``: the bytes of the log already delivered (a run resumed under the same id appends
+        to the same file: a tail goes on where it was)."""
         self.dash, self.job_id, self.interval = dash, job_id, interval
         self.status_every, self.outage_s, self.tick, self.say = status_every, outage_s, tick, say
         self.job: dict[str, Any] = job or {}
-        self.seen = 0  #: bytes delivered so far (= the file offset we are at)
+        self.seen = start  #: bytes delivered so far (= the file offset we are at)
         self.tail = bytearray()  #: the last 64 KiB delivered (to check the end of the file)
         self.reconnects = 0
         self.reader: Optional[_Reader] = None

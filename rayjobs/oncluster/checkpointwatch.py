@@ -65,12 +65,34 @@ def set_aside_incomplete(checkpoint_dir: Optional[str]) -> list[str]:
     return moved
 
 
-def ask_stop(run_dir: Path, job_id: str, timeout_s: float) -> None:
-    """Leave the request (the control job calls this on the cluster): stop after the next checkpoint."""
+def last_logged_step(metrics: Optional[Path]) -> Optional[int]:
+    """The last step in a metrics file of verl's file logger (its last 64 KiB), or None."""
+    if metrics is None:
+        return None
+    try:
+        with open(metrics, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 65536))
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        try:
+            step = json.loads(line).get("step")
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(step, int):
+            return step
+    return None
+
+
+def ask_stop(run_dir: Path, job_id: str, timeout_s: float, reason: str = "") -> None:
+    """Leave the request (a control job or the queue's preemption calls this on the cluster): stop
+    after the next checkpoint; ``reason`` is said in the job's log ("preempted by X")."""
     from rayjobs.oncluster.store import write_atomic
 
     run_dir.mkdir(parents=True, exist_ok=True)
-    body = {"job_id": job_id, "asked_at": time.time(), "timeout_s": float(timeout_s)}
+    body = {"job_id": job_id, "asked_at": time.time(), "timeout_s": float(timeout_s), "reason": reason}
     write_atomic(run_dir / STOP_MARK, json.dumps(body).encode())
 
 
@@ -79,10 +101,12 @@ class CheckpointWatch:
 
     def __init__(self, checkpoint_dir: Optional[str], run_dir: Optional[Path], job_id: str,
                  log: Callable[[str], None], on_stop: Callable[[str], None], since: float,
-                 on_asked: Optional[Callable[[], None]] = None) -> None:
+                 on_asked: Optional[Callable[[], None]] = None, metrics: Optional[Path] = None) -> None:
         """``since``: when this job's runner started (a request made before it is stale);
-        ``on_asked``: called once a request is seen (to get the stop ready: imports, a client)."""
-        self.checkpoint_dir, self.run_dir, self.job_id = checkpoint_dir, run_dir, job_id
+        ``on_asked``: called once a request is seen (to get the stop ready: imports, a client);
+        ``metrics``: this attempt's metrics file (its last step: has anything been trained since
+        the last checkpoint? If not, a stop loses nothing and happens at once)."""
+        self.checkpoint_dir, self.run_dir, self.job_id, self.metrics = checkpoint_dir, run_dir, job_id, metrics
         self.log, self.on_stop, self.on_asked = log, on_stop, on_asked
         self.last = saved_step(checkpoint_dir)
         self.asked: Optional[tuple[float, Optional[int], float]] = None  #: (deadline, step then, timeout)
@@ -136,9 +160,13 @@ class CheckpointWatch:
             timeout = float(req.get("timeout_s") or 3600)
             self.asked = (time.monotonic() + timeout, step, timeout)
             since = f"the last one is step {step}" if step is not None else "none yet"
-            self.log(f"stop at checkpoint asked: stopping once the next checkpoint is saved ({since}; at most {timeout:g} s)")
+            why = str(req.get("reason") or "stop at checkpoint asked")
+            self.log(f"{why}: stopping once the next checkpoint is saved ({since}; at most {timeout:g} s)")
             if self.on_asked is not None:
                 self.on_asked()
+            trained = last_logged_step(self.metrics)
+            if step is not None and trained is not None and trained <= step:
+                self._fire(f"nothing trained since checkpoint step {step}: nothing to lose")
             return
         deadline, then, timeout = self.asked
         if step is not None and (then is None or step > then):

@@ -55,6 +55,31 @@ def placement() -> tuple[dict[str, list[float]], dict[str, list[int]]]:
     return used, created
 
 
+def held_by(submission_ids: list[str]) -> dict[str, dict[str, list[float]]]:
+    """Per job: per node id, [GPUs, CPUs] its trainer's CREATED placement groups hold there (what a
+    preemption would free). One read of the placement-group table, one driver lookup per job."""
+    import ray
+
+    try:
+        pgs = ray.util.placement_group_table()
+    except Exception:
+        return {}
+    out: dict[str, dict[str, list[float]]] = {}
+    for sid in submission_ids:
+        jids = {jid[-8:] for jid in (drivers(sid) or {})}
+        mine: dict[str, list[float]] = {}
+        for pg_id, pg in pgs.items():
+            if pg.get("state") != "CREATED" or str(pg_id)[-8:] not in jids:
+                continue
+            where = pg.get("bundles_to_node_id") or {}
+            for idx, b in (pg.get("bundles") or {}).items():
+                u = mine.setdefault(str(where.get(idx, "")), [0.0, 0.0])
+                u[0] += float(b.get("GPU", 0))
+                u[1] += float(b.get("CPU", 0))
+        out[sid] = mine
+    return out
+
+
 def nodes() -> tuple[list[capacity.Node], dict[str, list[int]]]:
     """(the alive nodes with what is free on each, the CREATED GPU groups per Ray JobID)."""
     import ray

@@ -76,6 +76,11 @@ def main(argv: Optional[list[str]] = None) -> int:
         print("[rayjobs] enqueue: this job carries no jobs to queue", file=sys.stderr)
         return 2
     store = QueueStore()
+    try:
+        specs = resolve_after(store, specs)
+    except LookupError as e:  # the laptop shows this last line as the reason: nothing is queued
+        print(e, file=sys.stderr, flush=True)
+        return 2
     if argv:
         try:
             key = store.code_of(argv[1])
@@ -101,6 +106,50 @@ def main(argv: Optional[list[str]] = None) -> int:
     if not service_alive(store):
         start_service()
     return 0
+
+
+def resolve_after(store: QueueStore, specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each job's ``after`` (the ids typed with ``rayjobs.after``) as the job ids the queue knows: an
+    id (or the unique start of one), or a sweep id standing for all its points.
+
+    Raises:
+        LookupError: one line naming an id that is no job or sweep of this queue (nothing is queued).
+    """
+    wanted = {t for spec in specs for t in json.loads((spec.get("metadata") or {}).get("after") or "[]")}
+    if not wanted:
+        return specs
+    records = store.all()
+    sweeps: dict[str, list[str]] = {}
+    for rid, rec in records.items():
+        sw = ((rec.get("spec") or {}).get("metadata") or {}).get("sweep")
+        if sw:
+            sweeps.setdefault(sw, []).append(rid)
+    out = []
+    for spec in specs:
+        meta = dict(spec.get("metadata") or {})
+        if meta.get("after"):
+            ids: list[str] = []
+            for token in json.loads(meta["after"]):
+                ids += _resolve_one(token, records, sweeps)
+            meta["after"] = json.dumps(sorted(dict.fromkeys(ids)))
+        out.append(dict(spec, metadata=meta))
+    return out
+
+
+def _resolve_one(token: str, records: dict[str, Any], sweeps: dict[str, list[str]]) -> list[str]:
+    if token in records:
+        return [token]
+    if token in sweeps:
+        return sorted(sweeps[token])
+    hits = [i for i in records if i.startswith(token)]
+    if len(hits) == 1:
+        return hits
+    import difflib
+
+    close = difflib.get_close_matches(token, list(records) + list(sweeps), n=3, cutoff=0.6)
+    hint = f" (did you mean {', '.join(close)}?)" if close else ""
+    what = f"matches {len(hits)} jobs" if hits else "is no job or sweep of this cluster's queue"
+    raise LookupError(f"rayjobs.after={token}: {what}{hint}; `rayjobs list` shows the ids")
 
 
 def _put_new(store: QueueStore, specs: list[dict[str, Any]], key: str, *, announce: bool) -> list[str]:

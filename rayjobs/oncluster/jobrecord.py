@@ -48,6 +48,23 @@ def lost_attempt(rec: dict[str, Any]) -> dict[str, Any]:
                 message="the cluster restarted while it ran and rayjobs.max_retries allows no new attempt (cluster restarted)")
 
 
+def requeued_record(rec: dict[str, Any], reaped: Optional[list[str]] = None) -> dict[str, Any]:
+    """A preempted job once stopped: waiting again at its old place (``queued_at`` and the order keys
+    in its metadata are kept), with what the preemption cost: the checkpoint it resumes from, the
+    step it had reached and the steps it will redo."""
+    meta = (rec.get("spec") or {}).get("metadata") or {}
+    ckpt = saved_step(meta.get("checkpoint_dir"))
+    last = (last_metrics(meta.get("run_dir")) or {}).get("step")
+    info = {"by": (rec.get("preempting") or {}).get("by"), "at": time.time(), "checkpoint_step": ckpt,
+            "step": last, "redo": max(0, int(last or 0) - int(ckpt or 0))}
+    out = {k: v for k, v in rec.items() if k not in ("preempting", "admitted_at", "note")}
+    out.update(state=WAITING, preempted=info, preemptions=int(rec.get("preemptions") or 0) + 1,
+               history=list(rec.get("history") or []) + [{"preempted": info}])
+    if reaped:
+        out["reaped"] = list(rec.get("reaped") or []) + list(reaped)
+    return out
+
+
 def finish_record(rec: dict[str, Any], status: str, message: str = "",
                   info: Optional[dict[str, Any]] = None, reaped: Optional[list[str]] = None) -> dict[str, Any]:
     """A record once its job ended: status, Ray's message, where the log is, the final metrics, and
@@ -112,4 +129,4 @@ def history_row(rec: dict[str, Any]) -> dict[str, Any]:
             "finished_at": rec.get("finished_at"), "start_time": rec.get("start_time"), "end_time": rec.get("end_time"),
             "message": rec.get("message"), "lost": rec.get("lost", 0), "log": rec.get("log"), "final": rec.get("final"),
             "pruned": bool(rec.get("pruned")), "cause": rec.get("cause"), "checkpoint_step": rec.get("checkpoint_step"),
-            "reaped": list(rec.get("reaped") or [])}
+            "reaped": list(rec.get("reaped") or []), "preemptions": int(rec.get("preemptions") or 0)}

@@ -38,10 +38,11 @@ import os
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Optional
 
-from rayjobs.oncluster import capacity, clusterstate, reaper
-from rayjobs.oncluster.jobrecord import finish_record, history_row, lost_attempt, submit_kwargs
+from rayjobs.oncluster import capacity, clusterstate, policy, reaper
+from rayjobs.oncluster.jobrecord import finish_record, history_row, lost_attempt, requeued_record, submit_kwargs
 from rayjobs.oncluster.request import Request, request_from_record
 from rayjobs.oncluster.standby import Standby
 from rayjobs.oncluster.statusfile import MIN_GAP_S, PROTOCOL, REWRITE_S, StatusFile
@@ -80,6 +81,19 @@ def _unknown_to_ray(e: BaseException) -> bool:
     return "does not exist" in text or "404" in text or "not found" in text
 
 
+def supervisor_alive(sid: str, dashboard: str) -> bool:
+    """Is a Ray job supervisor of job ``sid`` still alive (public state API of the dashboard at
+    ``dashboard``; True if it cannot tell)?"""
+    from ray.util.state import list_actors
+
+    try:
+        alive = list_actors(address=dashboard, filters=[("class_name", "=", "JobSupervisor"), ("state", "!=", "DEAD")],
+                            limit=10000, timeout=10, raise_on_missing_output=False)
+    except Exception:  # noqa: BLE001
+        return True
+    return any(str(a.name or "").endswith("_" + sid) for a in alive)
+
+
 def enabled() -> bool:
     return os.environ.get(SWITCH_ENV, "1").strip().lower() not in ("0", "off", "false", "no")
 
@@ -97,6 +111,10 @@ class _Entry:
     ended: str = ""  #: how its Ray job ended (a status, or LOST) while what it left is reaped
     ending_since: float = 0.0  #: (monotonic) its trainer's drivers are dead, its Ray job not ended yet
     early: Optional[Future] = None  #: the reap started as soon as its trainer's drivers were dead
+    hold: str = ""  #: why a waiting job is not even considered this tick: "after", "quota", "requeueing"
+    preempting_for: str = ""  #: (admitted) the job it is being stopped for, at its next checkpoint
+    preempt_asked: float = 0.0  #: (epoch s) when that stop was asked
+    preempt_forced: bool = False  #: the queue stopped it itself (its runner missed the deadline)
 
     def metadata(self) -> dict[str, Any]:
         return dict((self.rec.get("spec") or {}).get("metadata") or {})
@@ -115,6 +133,8 @@ class QueueActor:
         self.waiting: dict[str, _Entry] = {}
         self.admitted: dict[str, _Entry] = {}
         self.reaping: dict[str, _Entry] = {}  #: ended jobs whose leftovers are being ended (reaper)
+        self.done: dict[str, str] = {}  #: how every finished job ended (dependencies read it)
+        self.quota = policy.quota_from_env()
         self.backfill_s = float(os.environ.get(BACKFILL_ENV, DEFAULT_BACKFILL_S))
         self.retention_s = float(os.environ.get(RETENTION_ENV, DEFAULT_RETENTION_S))
         self.prune_every_s = float(os.environ.get(PRUNE_EVERY_ENV, 60.0))
@@ -156,6 +176,7 @@ class QueueActor:
         records = self.store.all()
         for tmp in self.store.stray_tmp():  # writers cut off mid-write: their old versions stand
             tmp.unlink(missing_ok=True)
+        self.done = {i: str(r.get("status")) for i, r in records.items() if r.get("state") == DONE}
         for rec in sorted(records.values(), key=lambda r: float(r.get("queued_at") or 0)):
             if rec.get("state") == WAITING:
                 self._wait(rec)
@@ -276,6 +297,8 @@ class QueueActor:
         self.admitted[e.req.id] = e
         if resume:
             e.in_ray = True
+            e.preempting_for = str((e.rec.get("preempting") or {}).get("by") or "")
+            e.preempt_asked = float((e.rec.get("preempting") or {}).get("asked_at") or 0)
         else:
             e.rec = dict(e.rec, state=ADMITTED, admitted_at=e.admitted_at, note=e.note)
             self.store.put(e.rec)
@@ -357,14 +380,19 @@ class QueueActor:
             print(f"[rayjobs] {stamp()} reaped after {rec['id']}: {'; '.join(reaped)}", flush=True)  # the actor's log
         if outcome == "LOST":
             self._lost(dict(rec, reaped=list(rec.get("reaped") or []) + reaped) if reaped else rec)
+        elif outcome == "STOPPED" and rec.get("preempting"):
+            self._requeue_preempted(rec, reaped)
         else:
             self._finish(rec, outcome, info=info, reaped=reaped)
 
     def _finish(self, rec: dict[str, Any], status: str, message: str = "", info: Optional[dict[str, Any]] = None,
-                reaped: Optional[list[str]] = None) -> None:
+                reaped: Optional[list[str]] = None, cause: Optional[str] = None) -> None:
         if info is None and not message:
             info = self._info(rec["id"])
         done = finish_record(rec, status, message, info, reaped)
+        if cause:
+            done["cause"] = cause
+        self.done[rec["id"]] = status
         self.store.put(done)
         self.status.append_history(history_row(done))
         self._fast_until = time.monotonic() + FAST_POLL_S
@@ -386,34 +414,68 @@ class QueueActor:
         self.reserving_for = None
         if not self.waiting:
             return
-        gpu_free = [e for e in self._order() if not e.req.groups]
-        for e in gpu_free:  # nothing to fit: start at once
+        ready = [e for e in self._order() if self._ready(e)]  # dependencies met, not being requeued
+        for e in [e for e in ready if not e.req.groups]:  # nothing to fit: start at once
             self._admit_entry(e)
-        if not self.waiting:
+        ready = [e for e in ready if e.req.id in self.waiting]
+        if not ready:
             return
         nodes, created = clusterstate.nodes()
         self.cluster = clusterstate.describe_cluster(nodes)
         if not enabled() or not any(n.gpus for n in nodes):
             why = "the queue is switched off" if not enabled() else "the cluster has no GPUs: the GPU demand is not enforced"
-            for e in self._order():
+            for e in ready:
                 e.note = why
                 self._admit_entry(e)
             return
         self._refresh_unplaced(created)
+        self._overdue_preemptions()
         if self._gpus_held():
             return
-        self._admit_fitting(nodes)
-        self._offer_standby()
+        self._admit_fitting(nodes, ready)
+        self._offer_standby(ready)
 
-    def _offer_standby(self) -> None:
-        """Pre-start the first waiting job (see standby.py), but not while an admitted trainer is still
-        starting (Ray's job start would take CPU from the start-up the GPUs wait for), nor while a
-        batch of stops comes in (a sweep's stop arrives in parts: each next job would start only to stop)."""
+    def _ready(self, e: _Entry) -> bool:
+        """May ``e`` be considered for admission now? Its dependencies (``rayjobs.after``) all
+        SUCCEEDED -- one that failed or was stopped fails it, never started -- and it is not being
+        put back in the queue (a preempted job whose old Ray entry is being deleted)."""
+        e.hold = ""
+        if e.busy is not None and not e.busy.done():
+            e.hold, e.note = "requeueing", "preempted: back in the queue in a moment"
+            return False
+        if not e.req.after:
+            return True
+        pending, failed = [], []
+        for dep in e.req.after:
+            status = self.done.get(dep)
+            if status is None and dep not in self.waiting and dep not in self.admitted and dep not in self.reaping:
+                rec = self.store.get(dep)  # not loaded here: only a record removed by hand
+                status = str(rec.get("status")) if rec and rec.get("state") == DONE else (None if rec else "gone")
+            if status == "SUCCEEDED":
+                continue
+            (failed if status is not None else pending).append(dep if status is None else f"{dep} {status}")
+        if failed:
+            self.waiting.pop(e.req.id, None)
+            self.standby.cancel(e.req.id)
+            self._finish(e.rec, "FAILED", f"dependency failed: {', '.join(failed)}; it never started",
+                         cause=f"dependency failed: {failed[0]}")
+            return False
+        if pending:
+            e.hold, e.note = "after", f"after {', '.join(pending[:3])}{' ...' if len(pending) > 3 else ''}: starts once they SUCCEEDED"
+            return False
+        return True
+
+    def _offer_standby(self, ready: list[_Entry]) -> None:
+        """Pre-start the next job to be admitted (see standby.py), but not while an admitted trainer is
+        still starting (Ray's job start would take CPU from the start-up the GPUs wait for), nor while
+        a batch of stops comes in (a sweep's stop arrives in parts: each next job would start only to stop)."""
         if not self.waiting or self.standby.sid is not None or time.monotonic() - self._cancelled_at < STANDBY_CALM_S:
             return
         if any(e.unplaced for e in self.admitted.values()):
             return
-        self.standby.offer(self._order()[0].rec)
+        nxt = next((e for e in ready if e.req.id in self.waiting and not e.hold), None)
+        if nxt is not None:
+            self.standby.offer(nxt.rec)
 
     def _refresh_unplaced(self, created: dict[str, list[int]]) -> None:
         for e in self.admitted.values():
@@ -456,11 +518,17 @@ class QueueActor:
                 or any(e.ending_since and not reaped(e) and now - e.ending_since < ENDING_MAX_S
                        for e in self.admitted.values()))
 
-    def _admit_fitting(self, nodes: list[capacity.Node]) -> None:
+    def _admit_fitting(self, nodes: list[capacity.Node], ready: list[_Entry]) -> None:
         reserved = [g for e in self.admitted.values() for g in e.unplaced]
         now = time.time()
         failed: dict[tuple[int, ...], capacity.Verdict] = {}  # a demand that did not fit: same answer for its twins
-        for e in self._order():
+        held = policy.gpus_by_user(e.req for e in self.admitted.values())
+        asking = {e.req.user for e in ready}
+        for e in ready:
+            over = policy.over_quota(self.quota, e.req, held, asking)
+            if over:
+                e.hold, e.note = "quota", over
+                continue
             demand = tuple(sorted(e.req.groups))
             v = failed.get(demand) or capacity.fit(e.req.groups, nodes, reserved)
             if not v.fits:
@@ -469,14 +537,105 @@ class QueueActor:
                 e.note = ""
                 self._admit_entry(e)
                 reserved += e.req.groups
+                held[e.req.user] = held.get(e.req.user, 0) + e.req.gpus
                 continue
             e.note = ("can never fit the cluster as it is now: " if v.state == capacity.NEVER else "waiting: ") + v.reason
-            if v.state == capacity.WAIT and now - e.req.since >= self.backfill_s:
-                self.reserving_for = e.req.id  # starvation guard: nothing behind it may start
-                for later in self._order():
-                    if later.req.key() > e.req.key():
-                        later.note = f"held behind {e.req.id} (waiting > {self.backfill_s:g} s; no backfill)"
+            if v.state == capacity.WAIT and self._preempt_for(e, nodes, reserved):
+                self._hold_behind(e, "preempting for it")
                 break
+            if v.state == capacity.WAIT and now - e.req.since >= self.backfill_s:
+                self._hold_behind(e, f"waiting > {self.backfill_s:g} s; no backfill")
+                break
+
+    def _hold_behind(self, e: _Entry, why: str) -> None:
+        """Nothing behind ``e`` in line may start (the GPUs being freed, or the starvation guard)."""
+        self.reserving_for = e.req.id
+        for later in self._order():
+            if later.req.key() > e.req.key() and not later.hold:
+                later.note = f"held behind {e.req.id} ({why})"
+
+    # ---------------------------------------------------------------- preemption
+    def _preempt_for(self, e: _Entry, nodes: list[capacity.Node], reserved: list[int]) -> bool:
+        """Stop preemptible jobs of lower priority at their next checkpoint so that ``e`` fits
+        (lowest priority first, then the youngest); True if ``e`` waits for such stops."""
+        victims = [a.req.id for a in self.admitted.values() if a.preempting_for == e.req.id]
+        if victims:
+            e.note = f"preempting {', '.join(victims)}: starts once they stopped at their next checkpoint"
+            return True
+        cands = sorted((a for a in self.admitted.values() if a.req.preemptible and a.req.priority < e.req.priority
+                        and a.in_ray and not a.preempting_for and not a.ending_since),
+                       key=lambda a: (a.req.priority, -a.admitted_at))
+        chosen = policy.victims(e.req.groups, nodes, reserved, cands, clusterstate.held_by([a.req.id for a in cands])
+                                if cands else {})
+        if not chosen:
+            return False
+        for a in chosen:
+            self._preempt(a, e.req.id)
+        e.note = f"preempting {', '.join(a.req.id for a in chosen)}: starts once they stopped at their next checkpoint"
+        return True
+
+    def _preempt(self, a: _Entry, by: str) -> None:
+        """Ask ``a``'s runner to stop it once its next checkpoint is saved (at most its
+        ``preempt_wait_s``); once stopped it goes back to the queue (:meth:`_requeue_preempted`)."""
+        from rayjobs.oncluster.checkpointwatch import ask_stop
+
+        a.preempting_for, a.preempt_asked = by, time.time()
+        a.rec = dict(a.rec, preempting={"by": by, "asked_at": a.preempt_asked})
+        self.store.put(a.rec)
+        run_dir = a.metadata().get("run_dir")
+        if run_dir and a.metadata().get("checkpoint_dir"):
+            ask_stop(Path(run_dir), a.req.id, a.req.preempt_wait_s, reason=f"preempted by {by}")
+        else:  # nothing to wait for: no checkpoints to stop at
+            a.preempt_forced = True
+            self.pool.submit(self.d.stop, a.req.id)
+        self._note("preempting", f"{a.req.id} for {by}")
+        print(f"[rayjobs] {stamp()} preempting {a.req.id} (priority {a.req.priority}) for {by}: "
+              f"stopping it at its next checkpoint (at most {a.req.preempt_wait_s:g} s)", flush=True)
+
+    def _overdue_preemptions(self) -> None:
+        """A preempted job whose runner did not stop it in time (an old runner, a hung trainer): stop it."""
+        now = time.time()
+        for a in self.admitted.values():
+            if a.preempting_for and not a.preempt_forced and now - a.preempt_asked > a.req.preempt_wait_s + 60:
+                a.preempt_forced = True
+                self.pool.submit(self.d.stop, a.req.id)
+                self._note("preemption overdue: stopped", a.req.id)
+
+    def _requeue_preempted(self, rec: dict[str, Any], reaped: list[str]) -> None:
+        """A preempted job has stopped: back to its old place in the queue (its order keys are kept),
+        to resume from its checkpoint as a new attempt. Ray's entry of it is deleted first (in the
+        pool) so the id can be submitted again; its driver log is appended to, not replaced."""
+        again = requeued_record(rec, reaped)
+        self.store.put(again)
+        self._wait(again)
+        self.waiting[rec["id"]].busy = self.pool.submit(self._forget_in_ray, rec["id"])
+        info = again["preempted"]
+        self._note("preempted", f"{rec['id']} by {info['by']}")
+        print(f"[rayjobs] {stamp()} {rec['id']} preempted by {info['by']}: back in the queue; it resumes from "
+              f"checkpoint step {info['checkpoint_step']} (redoes {info['redo']} step(s))", flush=True)
+
+    def _forget_in_ray(self, sid: str, timeout: float = 90.0) -> None:
+        """(in the pool) Delete Ray's entry of an ended job, so its id can be submitted again (bounded).
+
+        Not while the old run's job supervisor is still exiting, nor before Ray's monitor of the old
+        run has noticed that it died (it pings it every second): either writes the old run's end
+        onto the new run (measured: the resubmitted job FAILED at once, "Job supervisor actor died
+        ... exit_actor() is called"). So, as for pruning, only :data:`PRUNE_MIN_AGE_S` after it ended.
+        """
+        deadline = time.monotonic() + timeout
+        info = self._info(sid) or {}
+        ended = float(info.get("end_time") or time.time() * 1000) / 1000.0
+        while time.monotonic() < deadline and (time.time() - ended < PRUNE_MIN_AGE_S
+                                               or supervisor_alive(sid, self.d.address)):
+            time.sleep(0.2)
+        while time.monotonic() < deadline:
+            try:
+                self.d.sdk.delete_job(sid)
+                return
+            except Exception as e:  # noqa: BLE001
+                if _unknown_to_ray(e):
+                    return
+            time.sleep(0.2)
 
     # ---------------------------------------------------------------- housekeeping
     def _heartbeat(self) -> None:
@@ -519,8 +678,9 @@ class QueueActor:
 
     def _write_status(self) -> None:
         """Rewrite the status file when what it shows changed (its build is O(waiting jobs))."""
-        sig = (tuple((e.req.id, e.note) for e in self._order()),
-               tuple((e.req.id, e.in_ray, tuple(e.unplaced)) for e in self.admitted.values()), self.reserving_for)
+        sig = (tuple((e.req.id, e.note, e.hold) for e in self._order()),
+               tuple((e.req.id, e.in_ray, tuple(e.unplaced), e.preempting_for) for e in self.admitted.values()),
+               tuple(self.reaping), self.reserving_for)
         now = time.monotonic()
         if (sig == self._sig and now - self._doc_at < REWRITE_S) or now - self._doc_at < MIN_GAP_S:
             return
@@ -531,12 +691,35 @@ class QueueActor:
         now = time.time()
         queue = [{"id": e.req.id, "position": i + 1, "priority": e.req.priority, "gpu_groups": e.req.groups,
                   "waiting_s": round(now - e.req.since, 1), "reason": e.note, "queued_at": e.rec.get("queued_at"),
+                  "user": e.req.user, "held": e.hold or None, "after": list(e.req.after),
+                  "preempted": e.rec.get("preempted"), "preemptions": int(e.rec.get("preemptions") or 0),
                   "metadata": e.metadata()} for i, e in enumerate(self._order())]
         running = [{"id": e.req.id, "gpu_groups": e.req.groups, "unplaced": e.unplaced, "note": e.note,
-                    "admitted_at": round(e.admitted_at, 3), "in_ray": e.in_ray,
+                    "admitted_at": round(e.admitted_at, 3), "in_ray": e.in_ray, "user": e.req.user,
+                    "preempting_for": e.preempting_for or None,
                     "metadata": e.metadata()} for e in self.admitted.values()]
+        # Preempted jobs between their stop and their place back in the queue: views must not
+        # take Ray's STOPPED for their end (a tail follows them on).
+        preempted = {e.req.id: {"by": e.preempting_for, "phase": "stopping"} for e in self.admitted.values()
+                     if e.preempting_for}
+        preempted.update({e.req.id: {"by": e.rec["preempting"].get("by"), "phase": "requeueing"}
+                          for e in self.reaping.values() if e.rec.get("preempting") and e.ended == "STOPPED"})
         return {"protocol": PROTOCOL, "updated_at": round(now, 3), "backfill_s": self.backfill_s,
-                "reserving_for": self.reserving_for, "queue": queue, "admitted": running, "cluster": self.cluster}
+                "reserving_for": self.reserving_for, "queue": queue, "admitted": running, "cluster": self.cluster,
+                "preempted": preempted, "quota": self.quota, "users": self._users()}
+
+    def _users(self) -> dict[str, dict[str, Any]]:
+        """Per user: GPUs held by admitted jobs, jobs running and waiting, the quota that applies."""
+        out: dict[str, dict[str, Any]] = {}
+        for e in self.admitted.values():
+            u = out.setdefault(e.req.user, {"gpus": 0, "running": 0, "waiting": 0})
+            u["gpus"] += e.req.gpus
+            u["running"] += 1
+        for e in self.waiting.values():
+            out.setdefault(e.req.user, {"gpus": 0, "running": 0, "waiting": 0})["waiting"] += 1
+        for user, u in out.items():
+            u["quota"] = policy.cap(self.quota, user)
+        return out
 
 
 # --------------------------------------------------------------------------- starting it

@@ -28,6 +28,14 @@ class Request:
     since: float = 0.0  #: when it was queued, epoch s (the starvation guard's clock; durable)
     retries: int = 0  #: rayjobs.max_retries: with retries left, GPUs stay reserved between attempts
     version: str = ""
+    user: str = ""  #: who submitted it (per-user quotas)
+    preemptible: bool = False  #: may a higher-priority job that does not fit take its GPUs
+    preempt_wait_s: float = 900.0  #: how long it may run on to its next checkpoint once preempted
+    after: tuple[str, ...] = ()  #: jobs that must have SUCCEEDED before it may start
+
+    @property
+    def gpus(self) -> int:
+        return sum(self.groups)
 
     def key(self) -> tuple:
         return (-self.priority, self.submitted, self.point, self.created_ms, self.id)
@@ -56,7 +64,9 @@ def request_from_record(rec: dict[str, Any]) -> Request:
     submitted = _epoch(meta.get("submitted_at", "")) or queued
     return Request(id=sid, groups=groups, priority=_int(meta.get("priority")), submitted=submitted, point=point,
                    created_ms=int(queued * 1000), since=queued, retries=max(0, _int(meta.get("max_retries")) - int(rec.get("lost") or 0)),
-                   version=str(meta.get("rayjobs", "")))
+                   version=str(meta.get("rayjobs", "")), user=str(meta.get("user") or ""),
+                   preemptible=str(meta.get("preemptible", "0")) == "1",
+                   preempt_wait_s=_float(meta.get("preempt_wait_s"), 900.0), after=_ids(meta.get("after")))
 
 
 def _int(v: Any) -> int:
@@ -64,3 +74,17 @@ def _int(v: Any) -> int:
         return int(v or 0)
     except (TypeError, ValueError):
         return 0
+
+
+def _float(v: Any, default: float) -> float:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return default
+
+
+def _ids(v: Any) -> tuple[str, ...]:
+    try:
+        return tuple(str(i) for i in json.loads(v or "[]"))
+    except (TypeError, ValueError):
+        return ()

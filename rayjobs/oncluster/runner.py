@@ -112,7 +112,7 @@ def stop_own_job(job_id: str) -> bool:
         return False
 
 
-def watch_checkpoints(meta: dict[str, Any], proc: subprocess.Popen) -> CheckpointWatch:
+def watch_checkpoints(meta: dict[str, Any], proc: subprocess.Popen, metrics: Optional[Path] = None) -> CheckpointWatch:
     """The attempt's checkpoint watch (:mod:`rayjobs.oncluster.checkpointwatch`), started."""
     job_id = str(meta.get("job_submission_id") or "")
 
@@ -127,7 +127,7 @@ def watch_checkpoints(meta: dict[str, Any], proc: subprocess.Popen) -> Checkpoin
         except Exception:  # noqa: BLE001 (the stop says so, if it fails too)
             pass
 
-    return CheckpointWatch(meta.get("checkpoint_dir"), run_dir, job_id, log, stop, STARTED_AT, ready).start()
+    return CheckpointWatch(meta.get("checkpoint_dir"), run_dir, job_id, log, stop, STARTED_AT, ready, metrics).start()
 
 
 class Attempt:
@@ -160,7 +160,8 @@ def run_attempt(cmd: list[str], env: dict[str, str], cwd: Optional[str] = None,
     if cwd is not None and not _same_dir(cwd, "."):
         log(f"the job's working dir {cwd} was unpacked again while this job waited; the trainer starts in the new one")
     proc = subprocess.Popen(cmd, env=env, cwd=cwd)
-    watch = watch_checkpoints(meta, proc) if meta is not None else None
+    metrics = Path(env["VERL_FILE_LOGGER_PATH"]) if env.get("VERL_FILE_LOGGER_PATH") else None
+    watch = watch_checkpoints(meta, proc, metrics) if meta is not None else None
     stopped: list[int] = []
 
     def forward(signum: int, _frame: Any) -> None:
@@ -260,6 +261,10 @@ def run_attempts(argv: list[str], meta: dict[str, Any], base_env: dict[str, str]
     """
     retries = int(meta.get("max_retries", "0") or 0)
     run_dir = Path(meta["run_dir"]) if meta.get("run_dir") else None
+    try:
+        argv = resolve_latest(argv)
+    except LookupError as e:
+        return fail(Cause("config error", False, str(e)), "not retried: a new attempt would fail the same way")
     used, driver_log = 0, attemptlog.own_log()
     for n in range(1, MAX_ATTEMPTS + 1):
         env, cmd = attempt_env(argv, meta, base_env, run_dir, used, retries)
@@ -285,6 +290,34 @@ def run_attempts(argv: list[str], meta: dict[str, Any], base_env: dict[str, str]
         reap_before_retry(str(meta.get("job_submission_id") or ""))
         log(f"retrying ({used}/{retries}); verl resumes from the checkpoint dir (resume_mode=auto)")
     return fail(Cause("error", False, f"{MAX_ATTEMPTS} attempts"), "RAYJOBS_MAX_ATTEMPTS reached")
+
+
+#: ``trainer.resume_from_path=<checkpoint dir>/global_step_latest``: the runner puts the step of the
+#: last complete checkpoint there when the job starts (verl wants a concrete ``global_step_N``; an
+#: evaluation queued behind a training run cannot know it at submit time).
+LATEST = "global_step_latest"
+
+
+def resolve_latest(argv: list[str]) -> list[str]:
+    """``argv`` with ``.../global_step_latest`` made the last complete checkpoint's folder.
+
+    Raises:
+        LookupError: that checkpoint dir has no complete checkpoint (one line).
+    """
+    out = []
+    for a in argv:
+        key, sep, value = a.partition("=")
+        value = value.strip("'\"")
+        if sep and key.lstrip("+~").endswith("resume_from_path") and value.rstrip("/").endswith("/" + LATEST):
+            ckpt_dir = value.rstrip("/")[: -len(LATEST) - 1]
+            step = checkpointwatch.saved_step(ckpt_dir)
+            if step is None:
+                raise LookupError(f"{key.lstrip('+~')}={value}: no complete checkpoint in {ckpt_dir} "
+                                  f"(no {checkpointwatch.TRACKER})")
+            a = f"{key}={ckpt_dir}/global_step_{step}"
+            log(f"{LATEST} is step {step}: {a}")
+        out.append(a)
+    return out
 
 
 def attempt_env(argv: list[str], meta: dict[str, Any], base_env: dict[str, str], run_dir: Optional[Path],

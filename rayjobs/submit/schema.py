@@ -12,6 +12,8 @@ a known kind). The defaults themselves live in ``conf/config.yaml`` (with their 
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, Dict, List, Optional, Union, get_args, get_origin
 
+import re
+
 from rayjobs.errors import ConfigError
 
 #: The name the schema is stored under in Hydra's ConfigStore (``conf/config.yaml`` lists it).
@@ -42,6 +44,10 @@ class RayjobsConfig:
     dry_run: bool = False
     priority: int = 0
     max_retries: int = 0
+    preemptible: bool = False
+    preempt_wait_s: float = 900.0
+    after: Any = None  #: job/sweep ids: ID, [ID1, ID2] or "ID1,ID2" (normalised by :func:`after_ids`)
+    user: str = ""
     kind: str = "verl"
     entrypoint: str = "python3 -m verl.trainer.main_ppo"
     args: List[str] = field(default_factory=list)
@@ -124,6 +130,34 @@ def check_values(rj: Any) -> None:
     if not str(rj.entrypoint or "").strip():
         raise ConfigError("rayjobs.entrypoint is empty: give the command the job runs "
                           "(default: python3 -m verl.trainer.main_ppo)")
+    if not float(rj.preempt_wait_s) > 0:
+        raise ConfigError(f"rayjobs.preempt_wait_s={rj.preempt_wait_s}: must be more than 0 (seconds a preempted "
+                          f"job may run on to reach its next checkpoint)")
+    after_ids(rj.after)  # raises for a value that names no ids
+    if rj.user and not re.fullmatch(r"[A-Za-z0-9_.@-]{1,64}", str(rj.user)):
+        raise ConfigError(f"rayjobs.user={rj.user!r}: letters, digits and _ . @ - only (at most 64)")
     for name in rj.env or {}:
         if not str(name).replace("_", "").isalnum() or str(name)[:1].isdigit():
             raise ConfigError(f"rayjobs.env.{name}: not an environment variable name (letters, digits, _)")
+
+
+def after_ids(value: Any) -> List[str]:
+    """``rayjobs.after`` as a list of job/sweep ids: ``ID``, ``"ID1,ID2"`` or ``[ID1, ID2]``.
+
+    Raises:
+        ConfigError: a value that is not ids (a mapping, an empty item).
+    """
+    if value is None or value == "":
+        return []
+    items: List[Any]
+    if isinstance(value, str):
+        items = value.split(",")
+    elif hasattr(value, "__iter__") and not hasattr(value, "keys"):
+        items = [x for v in value for x in str(v).split(",")]
+    else:
+        raise ConfigError(f"rayjobs.after={value!r}: give job or sweep ids (ID, [ID1,ID2] or 'ID1,ID2')")
+    ids = [str(i).strip() for i in items]
+    if not all(re.fullmatch(r"[A-Za-z0-9_.:-]+", i) for i in ids):
+        raise ConfigError(f"rayjobs.after={value!r}: not job or sweep ids (letters, digits and _ . : - only; "
+                          f"several as [ID1,ID2])")
+    return list(dict.fromkeys(ids))

@@ -18,6 +18,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from rayjobs.shared import SECRET_PATTERN, __version__
 from rayjobs.submit.compose import Composed, is_own, override_key
+from rayjobs.submit.schema import after_ids
 from rayjobs.errors import ConfigError
 
 #: The wrapper every job runs under (per-attempt metrics file, retries, queue admission).
@@ -224,7 +225,21 @@ def base_metadata(c: Composed, ctx: Context) -> dict[str, str]:
         "config_hash": config_hash(c.cfg),
         "submitted_at": ctx.now.isoformat(timespec="milliseconds"),
         "kind": str(rj.kind),
+        "user": str(rj.user or _os_user()),
+        "preemptible": "1" if rj.preemptible else "0",
+        "preempt_wait_s": f"{float(rj.preempt_wait_s):g}",
+        # the ids as typed (a sweep id stands for its points): the queue resolves them when it queues
+        **({"after": json.dumps(after_ids(rj.after))} if after_ids(rj.after) else {}),
     }
+
+
+def _os_user() -> str:
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry (a container's uid)
+        return "unknown"
 
 
 def verl_args(c: Composed, run: str, storage: str) -> tuple[list[str], dict[str, str]]:

@@ -13,13 +13,13 @@ if TYPE_CHECKING:
     from rayjobs.client.dashboard import Dashboard
 
 
-def view(d: Optional["Dashboard"] = None) -> dict[str, Any]:
+def view(d: Optional["Dashboard"] = None, address: Optional[str] = None) -> dict[str, Any]:
     """Nodes (GPUs/CPUs used and total), job counts and the queue of ``d`` (default: the current target)."""
     from rayjobs.client.connection import connect
     from rayjobs.client.dashboard import DashboardDown
     from rayjobs.views import queuestatus
 
-    d = d or connect()
+    d = d or connect(address)
     target = d.target
     try:
         nodes = d.nodes()  # the alive ones
@@ -62,6 +62,7 @@ def view(d: Optional["Dashboard"] = None) -> dict[str, Any]:
         "gpus_free": sum(r["gpus"] - r["gpus_used"] for r in rows),
         "jobs": counts,
         "queue": queued,
+        "users": view.users,  # GPUs held, jobs running/waiting and the quota, per user (the queue's)
         "metrics": metrics,
         "client_versions": (mine := _client_versions()),
         "warnings": version_warnings(mine, rows),
@@ -135,6 +136,9 @@ def render(v: dict[str, Any]) -> str:
     lines.append(f"jobs: {jobs}")
     for q in v["queue"]:
         lines.append(f"  queued #{q['queue_position']}: {q['id']}")
+    for user, u in sorted((v.get("users") or {}).items()):
+        quota = f" (quota {u['quota']})" if u.get("quota") is not None else ""
+        lines.append(f"user {user or '?'}: {u['gpus']:g} GPU(s){quota}, {u['running']} running, {u['waiting']} waiting")
     return "\n".join(lines)
 
 

@@ -109,6 +109,14 @@ def base_row(job: Any, over: Optional[dict[str, Any]] = None) -> dict[str, Any]:
         "message": short_message(field(job, "message")),
         "cause": field(job, "cause"),  # why the queue ended it ("cluster restarted"), if it did
         "reaped": list(field(job, "reaped") or []),  #: what the queue killed of it once it ended (reaper)
+        "user": m.get("user") or None,  #: who submitted it (per-user quotas)
+        "preemptible": m.get("preemptible") == "1",
+        "after": json_list(m.get("after")),  #: the jobs it waits for (rayjobs.after)
+        "held": field(job, "held"),  #: why the queue holds it back: "after", "quota", "requeueing"
+        "preempted_by": (field(job, "preempted") or {}).get("by"),  #: it waits again, preempted by this job
+        "redo_steps": (field(job, "preempted") or {}).get("redo"),  #: the steps that preemption costs it
+        "preemptions": int(field(job, "preemptions") or 0) or None,
+        "preempting_for": field(job, "preempting_for"),  #: it is being stopped at its next checkpoint for this job
         "error": None,
         "step": None,
         "total_steps": None,

@@ -106,7 +106,18 @@ def tail(d: "Dashboard", job_id: str, live: Optional[bool] = None, interval: flo
     backlog = _Backlog((1000 if live else None) if lines == -1 else lines)
     try:
         with view:
-            _stream(follower, progress, view, backlog, job_id)
+            for _ in range(MAX_PREEMPTIONS):
+                _stream(follower, progress, view, backlog, job_id)
+                by = preempted_by(d, job_id, follower.status)
+                if not by:
+                    break
+                # Stopped at a checkpoint for a job of higher priority: it waits at its place and
+                # resumes from there as a new attempt, under the same id and log (appended).
+                _say(f"{job_id} PREEMPTED by {by}: stopped at its checkpoint; it waits in the queue and resumes from there")
+                if wait_until_in_ray(d, job_id, after_preemption=True) is not None:
+                    break
+                follower = LogFollower(d, job_id, interval=interval, outage_s=outage, say=_say, start=follower.seen)
+                backlog = _Backlog(None)
     except KeyboardInterrupt:
         follower.close()
         _say(f"detached from {job_id} ({follower.status}); it keeps running. Re-attach: rayjobs tail {job_id}  "
@@ -155,11 +166,28 @@ def _stream(follower: Any, progress: Any, view: Any, backlog: _Backlog, job_id: 
 #: How long a job may be neither in Ray nor in the queue's files before tail gives up (the queue
 #: submits a job to Ray a moment after it leaves the waiting list).
 GONE_S = 10.0
+#: A tail follows a job through at most this many preemptions (each: stop, wait, resume).
+MAX_PREEMPTIONS = 1000
 
 
-def wait_until_in_ray(d: "Dashboard", job_id: str, every: float = 0.5) -> Optional[str]:
+def preempted_by(d: "Dashboard", job_id: str, status: str) -> Optional[str]:
+    """The job that preempted ``job_id``, if its STOPPED is a preemption (it goes back in line)."""
+    from rayjobs.views.queuestatus import QueueView
+
+    if status != "STOPPED":
+        return None
+    view = QueueView.read(d, revive=False, history=False)
+    if view.holds(job_id):
+        return str((view.preempted.get(job_id) or {}).get("by") or
+                   ((view.waiting.get(job_id) or {}).get("preempted") or {}).get("by") or "a job of higher priority")
+    return view.preempting_for(job_id)
+
+
+def wait_until_in_ray(d: "Dashboard", job_id: str, every: float = 0.5, after_preemption: bool = False) -> Optional[str]:
     """Wait while the queue holds the job (saying its place when it changes); None once Ray has it,
     or the final status of a job the queue finished that Ray no longer lists.
+
+    ``after_preemption``: Ray's entry may be the stopped run's until the queue resubmits the job.
 
     Raises:
         NoSuchJob: neither Ray nor the queue has known the job for :data:`GONE_S` seconds.
@@ -171,8 +199,9 @@ def wait_until_in_ray(d: "Dashboard", job_id: str, every: float = 0.5) -> Option
     while True:
         try:
             meta = d.job(job_id).get("metadata") or {}
-            if meta.get(STANDBY_KEY):  # pre-started by the queue: held until the queue admits it
-                if job_id not in QueueView.read(d, revive=False, history=False).waiting:
+            if meta.get(STANDBY_KEY) or after_preemption:  # held by the queue until it admits it
+                v = QueueView.read(d, revive=False, history=False)
+                if not (job_id in v.waiting or v.holds(job_id) or v.preempting_for(job_id)):
                     return None
             # no metadata: perhaps the entry Ray writes back for a job pruned too soon (the history knows)
             elif meta or job_id not in QueueView.read(d, revive=False).history:

@@ -25,6 +25,9 @@ class QueueView:
     history: dict[str, dict[str, Any]] = field(default_factory=dict)
     live: bool = False
     cluster: dict[str, Any] = field(default_factory=dict)
+    #: preempted jobs between their stop and their place back in line (id -> {"by", "phase"})
+    preempted: dict[str, dict[str, Any]] = field(default_factory=dict)
+    users: dict[str, dict[str, Any]] = field(default_factory=dict)  #: GPUs held / jobs per user, quota
 
     @classmethod
     def read(cls, d: "Dashboard", *, revive: bool = True, history: bool = True) -> "QueueView":
@@ -39,10 +42,20 @@ class QueueView:
         return cls(waiting={e["id"]: e for e in doc.get("queue", [])},
                    admitted={e["id"]: e for e in doc.get("admitted", [])},
                    history=queuechannel.read_history(d) if history else {},
-                   live=bool(doc), cluster=dict(doc.get("cluster") or {}))
+                   live=bool(doc), cluster=dict(doc.get("cluster") or {}),
+                   preempted=dict(doc.get("preempted") or {}), users=dict(doc.get("users") or {}))
 
     def ids(self) -> set[str]:
         return set(self.waiting) | set(self.admitted) | set(self.history)
+
+    def holds(self, job_id: str) -> bool:
+        """Is this job the queue's, whatever Ray says of it: waiting (its pre-started Ray job, or the
+        STOPPED entry of a preempted run) or going back in line after a preemption?"""
+        return job_id in self.waiting or (self.preempted.get(job_id) or {}).get("phase") == "requeueing"
+
+    def preempting_for(self, job_id: str) -> Optional[str]:
+        """The job a running job is being stopped for (at its next checkpoint), if any."""
+        return (self.admitted.get(job_id) or {}).get("preempting_for") or None
 
     def handing_to_ray(self, job_id: str) -> bool:
         """Admitted, and Ray does not have it yet (the queue's submit of it is in flight)."""
@@ -58,7 +71,13 @@ class QueueView:
             e = self.waiting[job_id]
             return {"submission_id": job_id, "status": "QUEUED", "metadata": e.get("metadata") or {},
                     "message": e.get("reason"), "start_time": None, "end_time": None,
-                    "queue_position": int(e["position"])}
+                    "queue_position": int(e["position"]), "held": e.get("held"), "preempted": e.get("preempted"),
+                    "preemptions": e.get("preemptions")}
+        if self.holds(job_id):  # stopped for a preemption; its place in line comes in a moment
+            meta = (self.admitted.get(job_id) or {}).get("metadata") or {}
+            return {"submission_id": job_id, "status": "QUEUED", "metadata": meta, "start_time": None,
+                    "end_time": None, "message": "preempted: going back to its place in the queue",
+                    "preempted": {"by": self.preempted[job_id].get("by")}}
         h = self.history.get(job_id)
         if h is None and job_id in self.admitted:  # admitted; Ray does not list it (yet)
             e = self.admitted[job_id]

@@ -21,6 +21,8 @@ Faults: ``+fake.fail_every=K`` (crash at each K-th step, once each), ``+fake.die
 (SIGKILL itself in the middle of the save of step N, once), ``+fake.zero_on_resume`` (a resume
 exits 0 before any step, as verl at an epoch boundary), ``+fake.reward_error`` (the user's
 ``custom_reward_function.path`` raises at step 2), ``+fake.config_error`` (omegaconf's error at start).
+``trainer.val_only=true`` validates at the step it loaded (``resume_mode=resume_path`` with a
+``global_step_N`` path, or the tracker) and exits 0, logging ``val-core/...`` at that step, as verl.
 ``+fake.actors`` (false; with ``+fake.hold_gpus=true``): one tiny actor per placement-group bundle,
 which every step waits on, as verl's driver waits on its workers: a worker node that dies makes the
 step raise ``ray.exceptions.ActorDiedError`` (traceback, exit 1), as in verl.
@@ -212,7 +214,12 @@ def main() -> int:
     mf = open(metrics_path, "wb") if metrics_path else None  # verl truncates on every start
     start = 0
     tracker = os.path.join(ckpt_dir, "latest_checkpointed_iteration.txt") if ckpt_dir else ""
-    if tracker and os.path.exists(tracker):
+    resume_from = args.get("trainer.resume_from_path", "")
+    if args.get("trainer.resume_mode") == "resume_path" and resume_from:  # verl: a concrete global_step_N
+        assert "global_step_" in resume_from, "resume ckpt must specify the global_steps"
+        start = int(resume_from.rstrip("/").split("global_step_")[-1])
+        say(f"Resuming from {resume_from}")
+    elif tracker and os.path.exists(tracker):
         start = int(open(tracker).read().strip())
         say(f"Resuming from {os.path.join(ckpt_dir, f'global_step_{start}')}")
     else:
@@ -222,6 +229,13 @@ def main() -> int:
     say("wandb: 🚀 View run at https://wandb.ai/rl-team/verl_examples/runs/fake" + str(PID))
     if start and args.get("fake.zero_on_resume", "false").lower() == "true":
         return 0  # verl resuming at an epoch boundary: no step, exit 0 (verl-project/verl#7401)
+    if args.get("trainer.val_only", "false").lower() == "true":  # verl: validate at the loaded step, log, return
+        val = {"val-core/openai/gsm8k/reward/mean@1": 0.1 + 0.8 * start / steps + float(args.get("fake.score_offset", 0))}
+        say(f"Initial validation metrics: {val}")
+        if mf:
+            mf.write(json.dumps({"step": start, "data": val}).encode() + b"\n")
+            mf.flush()
+        return 0
     for step in range(start + 1, steps + 1):
         time.sleep(step_s)
         if actors:

@@ -1,0 +1,106 @@
+"""The queue's team rules, pure: per-user GPU quotas and which running jobs a preemption stops.
+
+* **Quota** (``RAYJOBS_QUOTA_GPUS`` in the head's environment; unset = no quota): ``2`` caps every
+  user at 2 GPUs, ``alice=4,*=2`` gives alice 4 and everyone else 2. A cap holds only while another
+  user's job waits for GPUs: alone on the cluster a user may use all of it (GPUs never idle for a
+  rule). A job it holds back waits as ``QUEUED (quota)``; it does not block the line (jobs behind
+  it may start).
+* **Victims**: the preemptible jobs of lower priority whose GPUs, freed, let the waiting job fit,
+  taken lowest priority first, then the youngest (the least work lost), as few as that order gives.
+
+No Ray and no I/O here: the queue actor (:mod:`rayjobs.oncluster.queueactor`) passes what it knows.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Iterable, Optional, Sequence
+
+from rayjobs.oncluster import capacity
+
+QUOTA_ENV = "RAYJOBS_QUOTA_GPUS"
+
+
+def parse_quota(text: str) -> dict[str, int]:
+    """``"2"`` -> ``{"*": 2}``; ``"alice=4,*=2"`` -> ``{"alice": 4, "*": 2}``.
+
+    Raises:
+        ValueError: one line naming the part that is not ``N`` or ``user=N``.
+    """
+    out: dict[str, int] = {}
+    for part in (p.strip() for p in (text or "").split(",")):
+        if not part:
+            continue
+        user, _, n = part.rpartition("=")
+        try:
+            value = int(n)
+        except ValueError:
+            raise ValueError(f"{QUOTA_ENV}: {part!r} is not N or user=N (GPUs)") from None
+        if value < 0:
+            raise ValueError(f"{QUOTA_ENV}: {part!r}: a quota is 0 or more GPUs")
+        out[user.strip() or "*"] = value
+    return out
+
+
+def quota_from_env() -> dict[str, int]:
+    """The head's quota (empty: none). A malformed value is said on stderr and ignored."""
+    import sys
+
+    try:
+        return parse_quota(os.environ.get(QUOTA_ENV, ""))
+    except ValueError as e:
+        print(f"[rayjobs] warning: {e}; no quota applies", file=sys.stderr, flush=True)
+        return {}
+
+
+def cap(quota: dict[str, int], user: str) -> Optional[int]:
+    return quota.get(user, quota.get("*"))
+
+
+def gpus_by_user(requests: Iterable[Any]) -> dict[str, int]:
+    """GPUs the given (admitted) jobs hold, per user."""
+    out: dict[str, int] = {}
+    for r in requests:
+        out[r.user] = out.get(r.user, 0) + r.gpus
+    return out
+
+
+def over_quota(quota: dict[str, int], req: Any, held: dict[str, int], asking: set[str]) -> str:
+    """Why ``req`` must wait for its user's quota (a note), or "" if it may go.
+
+    ``held``: GPUs per user now; ``asking``: the users with jobs waiting for GPUs.
+    """
+    limit = cap(quota, req.user)
+    if limit is None or not req.gpus or not (asking - {req.user}):
+        return ""
+    have = held.get(req.user, 0)
+    if have + req.gpus <= limit:
+        return ""
+    return f"quota: {req.user or 'unknown'} holds {have} of {limit} GPUs while others wait (this job needs {req.gpus})"
+
+
+def victims(groups: Sequence[int], nodes: Sequence[capacity.Node], reserved: Sequence[int],
+            candidates: Sequence[Any], holdings: dict[str, dict[str, list[float]]]) -> list[Any]:
+    """The first of ``candidates`` (in the order given) whose freed GPUs and CPUs let ``groups`` fit;
+    [] if even all of them would not do.
+
+    ``holdings``: per candidate id, per node id, ``[gpus, cpus]`` its placement groups hold;
+    a candidate's groups without a placement group yet (``unplaced``) leave ``reserved``.
+    """
+    free = {n.id: [n.free_gpus, n.free_cpus] for n in nodes}
+    left = list(reserved)
+    chosen = []
+    for a in candidates:
+        for node, (g, c) in holdings.get(a.req.id, {}).items():
+            if node in free:
+                free[node][0] += g
+                free[node][1] += c
+        for g in a.unplaced:
+            if g in left:
+                left.remove(g)
+        chosen.append(a)
+        sim = [capacity.Node(n.id, n.gpus, n.cpus, min(n.gpus, free[n.id][0]), min(n.cpus, free[n.id][1]))
+               for n in nodes]
+        if capacity.fit(groups, sim, left).fits:
+            return chosen
+    return []

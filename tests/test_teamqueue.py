@@ -1,0 +1,163 @@
+"""A shared cluster's queue rules on a real 1-node Ray cluster declaring 4 fake GPUs (14 CPUs):
+preemption at a checkpoint, dependencies between jobs, per-user GPU quotas.
+
+The workload is the verl stand-in holding its GPUs (placement groups) and saving checkpoints every
+``trainer.save_freq`` steps, resuming from them (``resume_mode=auto``). Everything goes through
+the real Jobs API, the real queue actor and the real runner.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import rayjobs_cli, rayjobs_submit, wait_terminal, wait_until
+from test_queue import admitted_at, submit
+from test_queue_cluster import FakeGpuCluster
+
+from rayjobs.settings import Target
+
+
+@pytest.fixture(scope="module")
+def team_cluster() -> Any:
+    root = Path(tempfile.mkdtemp(prefix="rjt", dir="/tmp"))
+    c = FakeGpuCluster(root, nodes=((4, 14),), env={"RAYJOBS_QUOTA_GPUS": "2", "RAYJOBS_QUEUE_BACKFILL_S": "600"})
+    c.start()
+    yield c
+    c.stop()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def tclient(team_cluster: FakeGpuCluster) -> Any:
+    return team_cluster.client()
+
+
+def row(cluster: FakeGpuCluster, sid: str) -> dict[str, Any]:
+    from rayjobs.api import Job
+    from rayjobs.client.dashboard import Dashboard
+
+    return Job(sid, dashboard=Dashboard(Target(cluster.address, "test"))).row(progress=False)
+
+
+def wait_done(cluster: FakeGpuCluster, sid: str, timeout: float = 300) -> str:
+    return wait_until(lambda: (lambda st: st if st in ("SUCCEEDED", "FAILED", "STOPPED") else None)(
+        row(cluster, sid)["status"]), timeout, f"{sid} to end", every=1.0)
+
+
+def steps_of(run_dir: str) -> dict[int, list[int]]:
+    """{attempt: [steps it logged]} from the run's per-attempt metrics files."""
+    out = {}
+    for f in sorted(Path(run_dir).glob("metrics.*.jsonl")):
+        out[int(f.name.split(".")[1])] = [json.loads(ln)["step"] for ln in f.read_text().splitlines() if ln.strip()]
+    return out
+
+
+ONE_GPU = ("trainer.nnodes=1", "trainer.n_gpus_per_node=1")
+
+
+def test_high_priority_job_preempts_a_preemptible_sweep_point_at_its_checkpoint(team_cluster, tclient, workdir):
+    # The cluster full: a non-preemptible 2-GPU job and a preemptible 2-point sweep of 1 GPU each.
+    keep = submit(team_cluster, "trainer.nnodes=1", "trainer.n_gpus_per_node=2", "+fake.steps=40", "+fake.step_s=0.5")
+    r = rayjobs_submit("-m", "+exp=fake_ppo", f"rayjobs.address={team_cluster.address}", "+fake.hold_gpus=true",
+                       *ONE_GPU, "+fake.steps=40", "+fake.step_s=0.4", "trainer.save_freq=5",
+                       "rayjobs.preemptible=true", "rayjobs.preempt_wait_s=120", "+fake.score_offset=0,0.1", cwd=workdir)
+    assert r.returncode == 0, r.stderr
+    points = r.stdout.split()
+    wait_until(lambda: all(admitted_at(tclient, p) for p in [keep, *points]), 120, "the cluster to be full")
+    wait_until(lambda: all(row(team_cluster, p)["step"] or "saved: step 5" in tclient.get_job_logs(p)
+                           for p in points), 120, "the points to train")
+    victim = max(points, key=lambda p: admitted_at(tclient, p))  # the youngest goes first
+    tail = subprocess.Popen([sys.executable, "-m", "rayjobs.cli", "tail", victim, "--plain", "--address",
+                             team_cluster.address], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    high = submit(team_cluster, *ONE_GPU, "+fake.steps=3", "+fake.step_s=0.2", "rayjobs.priority=10")
+    # status/list say it: QUEUED (PREEMPTED by high) while it waits to run again, with the steps it redoes
+    queued = wait_until(lambda: (lambda r: r if r["status"] == "QUEUED" and r.get("preempted_by") == high
+                                 and r.get("redo_steps") is not None else None)(
+        row(team_cluster, victim)), 120, "the victim to be back in the queue, preempted", every=0.2)
+    assert wait_terminal(tclient, high, timeout=180) == "SUCCEEDED", tclient.get_job_logs(high)[-1500:]
+    for p in [*points, keep]:  # as rayjobs sees them (Ray shows the preempted run STOPPED for a while)
+        assert wait_done(team_cluster, p) == "SUCCEEDED", tclient.get_job_logs(p)[-2000:]
+    log = tclient.get_job_logs(victim)  # one log: the stopped run's, then the resumed one's (appended)
+    assert f"preempted by {high}: stopping once the next checkpoint is saved" in log, log[-3000:]
+    assert log.index("preempted by") < log.rindex("Resuming from"), log[-3000:]
+    meta = json.loads(json.dumps(tclient.get_job_info(victim).metadata))
+    runs = steps_of(meta["run_dir"])
+    assert len(runs) == 2, runs  # attempt 1 (stopped at its checkpoint), attempt 2 (resumed)
+    first, second = runs[1], runs[2]
+    ckpt = second[0] - 1  # attempt 2 resumed from the checkpoint the stop waited for
+    assert ckpt % 5 == 0 and ckpt > 0 and first[:ckpt] == list(range(1, ckpt + 1)), runs
+    assert second == list(range(ckpt + 1, 41)), runs  # no step lost past that checkpoint
+    redo = len(first) - ckpt  # steps the stop let run past the checkpoint (redone by attempt 2)
+    assert redo <= 1 and queued["redo_steps"] == redo, (runs, queued)
+    # the high-priority job started once the victim had stopped at its checkpoint
+    assert admitted_at(tclient, high) > admitted_at(tclient, victim) - 1e-6
+    # the others were never touched: one attempt each, no preemption in their logs
+    for other in [keep, *[p for p in points if p != victim]]:
+        assert "preempted by" not in tclient.get_job_logs(other)
+        assert len(steps_of(json.loads(json.dumps(tclient.get_job_info(other).metadata))["run_dir"])) == 1
+    rec = row(team_cluster, victim)
+    assert rec["status"] == "SUCCEEDED" and rec["preemptible"]
+    out, err = tail.communicate(timeout=120)
+    assert tail.returncode == 0, err[-2000:]
+    assert f"PREEMPTED by {high}" in err, err[-2000:]
+    steps = [int(ln.split("step:")[1].split(" ")[0]) for ln in out.splitlines() if " step:" in ln]
+    assert sorted(set(steps)) == list(range(1, 41)) and len(steps) == len(set(steps)), steps  # one continuous log
+
+
+def test_dependency_chain_fails_with_its_cause_and_never_starts(team_cluster, tclient, workdir):
+    a = submit(team_cluster, *ONE_GPU, "+fake.steps=2", "+fake.step_s=0.3", "+fake.config_error=true")
+    b = submit(team_cluster, *ONE_GPU, "+fake.steps=2", f"rayjobs.after={a}")
+    ok = submit(team_cluster, *ONE_GPU, "+fake.steps=2", "+fake.step_s=0.3")
+    c = submit(team_cluster, *ONE_GPU, "+fake.steps=1", f"rayjobs.after={ok}")
+    assert wait_terminal(tclient, a, timeout=120) == "FAILED"
+    got = wait_until(lambda: (lambda r: r if r["status"] == "FAILED" else None)(row(team_cluster, b)), 60,
+                     "the dependent job to fail")
+    assert got["cause"] == f"dependency failed: {a} FAILED", got
+    assert b not in {j.submission_id for j in tclient.list_jobs()}  # it never reached Ray: never started
+    assert wait_terminal(tclient, c, timeout=120) == "SUCCEEDED"
+    assert admitted_at(tclient, c) > admitted_at(tclient, ok)
+    listed = json.loads(rayjobs_cli("list", "--json", "--address", team_cluster.address).stdout)
+    assert {r["id"]: r["after"] for r in listed if r["id"] in (b, c)} == {b: [a], c: [ok]}
+    # an id the queue does not know: one line, exit 2, nothing queued
+    r = rayjobs_submit("+exp=fake_ppo", f"rayjobs.address={team_cluster.address}", "rayjobs.after=nosuchjob-123",
+                       cwd=workdir)
+    assert r.returncode == 2 and "rayjobs.after=nosuchjob-123: is no job or sweep" in r.stderr, r.stderr
+    assert r.stdout.strip() == ""
+
+
+def test_a_users_quota_holds_while_others_wait(team_cluster, tclient, workdir):
+    # 4 GPUs, quota 2 per user. Alice asks for 3 x 1 GPU, Bob for one 3-GPU job. Alice gets her 2;
+    # her third waits for her quota (not for GPUs: two are free) while Bob waits.
+    blocker = submit(team_cluster, "trainer.nnodes=1", "trainer.n_gpus_per_node=4", "+fake.steps=1",
+                     "+fake.hold_s=600", "rayjobs.user=carol")
+    wait_until(lambda: admitted_at(tclient, blocker), 90, "the blocker to start")
+    hold = ("+fake.steps=1", "+fake.hold_s=6")
+    alice = [submit(team_cluster, *ONE_GPU, *hold, "rayjobs.user=alice") for _ in range(3)]
+    bob = submit(team_cluster, "trainer.nnodes=1", "trainer.n_gpus_per_node=3", *hold, "rayjobs.user=bob",
+                 "rayjobs.preflight=false")  # (the PPO batch sizes do not divide by 3 GPUs; the stand-in does not care)
+    tclient.stop_job(blocker)
+    wait_until(lambda: all(admitted_at(tclient, a) for a in alice[:2]), 90, "alice's first two jobs")
+    held = row(team_cluster, alice[2])
+    assert held["status"] == "QUEUED" and held["held"] == "quota", held
+    assert "quota: alice holds 2 of 2 GPUs while others wait" in held["message"], held
+    r = rayjobs_cli("list", "--address", team_cluster.address)
+    assert "(quota)" in next(ln for ln in r.stdout.splitlines() if ln.startswith(alice[2])), r.stdout
+    view = json.loads(rayjobs_cli("cluster", "--json", "--address", team_cluster.address).stdout)
+    assert view["users"]["alice"] == {"gpus": 2, "running": 2, "waiting": 1, "quota": 2}, view["users"]
+    assert view["users"]["bob"]["waiting"] == 1 and view["users"]["bob"]["gpus"] == 0, view["users"]
+    assert "user alice: 2 GPU(s) (quota 2), 2 running, 1 waiting" in rayjobs_cli(
+        "cluster", "--address", team_cluster.address).stdout
+    for sid in [*alice, bob]:
+        assert wait_terminal(tclient, sid, timeout=180) == "SUCCEEDED"
+    # Alice never held more than 2 GPUs while Bob waited: her third started only once one of her
+    # first two had ended (then she held 2 again), never beside them.
+    first_end = min(tclient.get_job_info(a).end_time for a in alice[:2]) / 1000
+    assert admitted_at(tclient, alice[2]) >= first_end - 0.5, (admitted_at(tclient, alice[2]), first_end)
