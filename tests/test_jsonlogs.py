@@ -199,3 +199,140 @@ def test_json_view_holds_the_backlog_as_steps_then_prints_live(capsys):
     recs = [strict(x) for x in out.getvalue().splitlines()]
     assert [(r["event"], r.get("step")) for r in recs] == [("step", 4), ("step", 5)]
     assert "4 earlier steps not shown" in capsys.readouterr().err  # 1-3 of attempt 1, 3 of attempt 2
+
+
+# --------------------------------------------------------------------------- real jobs on the embedded head
+def submit(*args: str) -> str:
+    r = rayjobs_submit("+exp=fake_ppo", *args)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
+def records(stdout: str) -> list[dict[str, Any]]:
+    """Every stdout line is one strict JSON object (nothing else is printed there)."""
+    out = [strict(line) for line in stdout.splitlines()]
+    assert out, "no records"
+    for r in out:
+        assert r["ts"].endswith("Z") and datetime.fromisoformat(r["ts"].replace("Z", "+00:00")).utcoffset().total_seconds() == 0
+        assert r["ts_source"] in ("read", "log", "ray") and r["event"]
+    return out
+
+
+def logged(client: Any, job: str) -> dict[int, list[dict[str, Any]]]:
+    """What the workload logged, per attempt: verl's file-logger JSONL (metrics.<attempt>.jsonl)."""
+    run_dir = Path(client.get_job_info(job).metadata["run_dir"])
+    return {int(f.name.split(".")[1]): [json.loads(x) for x in f.read_text().splitlines() if x.strip()]
+            for f in sorted(run_dir.glob("metrics.*.jsonl"))}
+
+
+def check_steps(recs: list[dict[str, Any]], job: str, want: dict[int, list[dict[str, Any]]], total: int) -> None:
+    """The step records are exactly the logged steps, attempt by attempt, in order, each once, with
+    the logged values and nothing else than the envelope beside them."""
+    steps = [r for r in recs if r["event"] == "step"]
+    assert [(r["attempt"], r["step"]) for r in steps] == [(a, m["step"]) for a in sorted(want) for m in want[a]]
+    flat = [m for a in sorted(want) for m in want[a]]
+    for r, m in zip(steps, flat):
+        assert set(r) == set(steplog.ENVELOPE - {"status", "cause"}) | set(m["data"]), set(r) ^ set(m["data"])
+        assert {k: r[k] for k in m["data"]} == m["data"]  # exactly what verl's file logger wrote
+        assert (r["job"], r["total_steps"], r["run"]) == (job, total, job)
+
+
+def no_ts(recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: v for k, v in r.items() if k != "ts"} for r in recs]
+
+
+def test_tail_and_logs_json_give_every_step_once_with_the_logged_values(cluster, client, workdir):
+    from rayjobs.client import queuechannel
+    from rayjobs.client.dashboard import Dashboard
+
+    job = submit("+fake.steps=8", "+fake.step_s=0.4", "trainer.save_freq=2")
+    t = Tail(job, "--json")
+    assert t.wait() == 0, t.stderr
+    assert "\x1b" not in t.stdout and f"{job} · SUCCEEDED" in t.stderr  # no panel; chatter on stderr
+    recs = records(t.stdout)
+    want = logged(client, job)
+    assert list(want) == [1]
+    check_steps(recs, job, want, total=8)
+    assert recs[-1]["event"] == "job_ended" and recs[-1]["ts_source"] == "ray"
+    assert (recs[-1]["status"], recs[-1]["cause"], recs[-1]["step"], recs[-1]["attempt"]) == ("SUCCEEDED", None, 8, 1)
+    events = [r["event"] for r in recs if r["event"] not in ("step", "checkpoint_saved")]
+    assert events == ["admitted", "attempt_started", "job_ended"]
+    assert next(r for r in recs if r["event"] == "admitted")["ts_source"] == "log"  # the runner's own stamp
+    saved = [r["step"] for r in recs if r["event"] == "checkpoint_saved"]
+    assert 2 in saved and set(saved) <= {2, 4, 6, 8} and saved == sorted(saved)
+
+    logs = rayjobs_cli("logs", job, "--json")
+    assert logs.returncode == 0, logs.stderr
+    full = records(logs.stdout)
+    assert no_ts(full) == no_ts(recs)  # the same records as tail printed; only read times differ
+    at7 = next(i for i, r in enumerate(full) if r["event"] == "step" and r["step"] == 7)
+    for cmd in (("logs", job, "--json", "--tail", "2"), ("tail", job, "--json", "-n", "2")):
+        r = rayjobs_cli(*cmd)
+        assert r.returncode == 0, r.stderr
+        assert no_ts(records(r.stdout)) == no_ts(full[at7:]), cmd  # from the 2nd last step on, job_ended last
+    assert "6 earlier steps not shown" in r.stderr
+
+    # Pruned from Ray's table (as the queue does after RAYJOBS_RETENTION_S): the log the queue recorded.
+    d = Dashboard(cluster)
+    wait_until(lambda: job in queuechannel.read_history(d), 60, "the queue's history of the job")
+    client.delete_job(job)
+    pruned = rayjobs_cli("tail", job, "--json")
+    assert pruned.returncode == 0 and "from the queue's history" in pruned.stderr, pruned.stderr
+    assert no_ts(records(pruned.stdout)) == no_ts(full)
+
+    # The cluster gone: the end of the log the local record kept when the tail saw the job end.
+    gone = rayjobs_cli("tail", job, "--json", "--address", "http://127.0.0.1:9")
+    assert gone.returncode == 0 and "cluster unreachable" in gone.stderr, gone.stderr
+    kept = records(gone.stdout)
+    assert no_ts(kept[:-1]) == no_ts(full[:-1])  # the whole (short) log was kept
+    assert kept[-1]["event"] == "job_ended" and kept[-1]["status"] == "SUCCEEDED"
+
+
+def test_json_of_a_retried_job_tells_attempts_apart_and_a_failed_job_ends_with_its_cause(cluster, client, workdir):
+    retried = submit("rayjobs.max_retries=1", "trainer.save_freq=2", "+fake.steps=5", "+fake.step_s=0.2", "+fake.fail_at=3")
+    failed = submit("+fake.steps=4", "+fake.step_s=0.1", "+fake.fail_at=2")
+    t = Tail(retried, "--json")
+    assert t.wait(180) == 0, t.stderr
+    recs = records(t.stdout)
+    want = logged(client, retried)
+    assert [[m["step"] for m in want[a]] for a in sorted(want)] == [[1, 2, 3], [3, 4, 5]]
+    check_steps(recs, retried, want, total=5)  # step 3 twice: once per attempt
+    ev = [(r["event"], r["attempt"]) for r in recs if r["event"] not in ("step", "checkpoint_saved")]
+    assert ev == [("admitted", None), ("attempt_started", 1), ("attempt_failed", 1), ("attempt_started", 2),
+                  ("last_checkpoint", 2), ("job_ended", 2)]
+    failure = next(r for r in recs if r["event"] == "attempt_failed")
+    assert failure["cause"] == "RuntimeError: fake crash at step 3"
+    assert next(r for r in recs if r["event"] == "last_checkpoint")["step"] == 2
+    assert recs.index(failure) < [i for i, r in enumerate(recs) if r["event"] == "step"][3]  # before attempt 2's steps
+    assert (recs[-1]["event"], recs[-1]["status"], recs[-1]["step"]) == ("job_ended", "SUCCEEDED", 5)
+
+    t = Tail(failed, "--json")
+    assert t.wait(180) == 1, t.stderr
+    recs = records(t.stdout)
+    check_steps(recs, failed, logged(client, failed), total=4)
+    end = recs[-1]
+    assert (end["event"], end["status"], end["attempt"], end["step"]) == ("job_ended", "FAILED", 1, 2)
+    assert end["cause"] == "RuntimeError: fake crash at step 2"
+    assert f"{failed} FAILED: RuntimeError: fake crash at step 2" in t.stderr
+
+
+def test_tail_json_detaches_with_130_and_a_stop_ends_it_with_3(cluster, client, workdir):
+    job = submit("+fake.steps=400", "+fake.step_s=0.1")
+    t = Tail(job, "--json")
+    t.wait_for(r'"step":3,')
+    t.p.send_signal(signal.SIGINT)
+    assert t.wait(30) == 130
+    steps = [r["step"] for r in records(t.stdout) if r["event"] == "step"]
+    assert steps == list(range(1, len(steps) + 1)) and len(steps) >= 3
+    assert "job_ended" not in t.stdout and f"rayjobs tail {job}" in t.stderr
+
+    t = Tail(job, "--json", "-n", "1")  # of what was logged before: only the last step, then live
+    t.wait_for(r'"event":"step".*\n.*"event":"step".*\n.*"event":"step"')
+    stop = rayjobs_cli("stop", job)
+    assert stop.returncode == 0, stop.stderr
+    assert t.wait(60) == 3, t.stderr
+    recs = records(t.stdout)
+    steps = [r["step"] for r in recs if r["event"] == "step"]
+    assert steps[0] >= 3 and steps == list(range(steps[0], steps[0] + len(steps))), steps
+    assert "earlier steps not shown" in t.stderr
+    assert (recs[-1]["event"], recs[-1]["status"], recs[-1]["cause"]) == ("job_ended", "STOPPED", None)
