@@ -147,15 +147,37 @@ class Job:
         """The log as one string (see :meth:`iter_logs`)."""
         return "".join(self.iter_logs(tail=tail, clean=clean))
 
-    def tail(self, *, live: Optional[bool] = None, lines: Optional[int] = -1) -> int:
+    def steps(self, *, tail: Optional[int] = None) -> Iterator[dict[str, Any]]:
+        """The JSON step records of the log as it is now (what ``rayjobs logs --json`` prints): one
+        dict per verl step line (``event`` "step", verl's keys flat beside ``job``, ``run``,
+        ``attempt``, ``step``, ``total_steps``, ``ts``) and per event of rayjobs' runner; an ended
+        job's last one is ``job_ended`` (``status``, ``cause``). Shape: docs/design.md, "JSON step logs".
+
+        Args:
+            tail: only the records from the N-th last step on (the whole log is still read).
+
+        Raises:
+            NoSuchJob: neither the cluster nor its queue knows the job.
+        """
+        from rayjobs.views import steplog
+
+        return steplog.log_records(self.dashboard, self.job_id, tail=tail)
+
+    def tail(self, *, live: Optional[bool] = None, lines: Optional[int] = -1, as_json: bool = False) -> int:
         """Follow the log with the progress view until the job ends (what ``rayjobs tail`` does).
+
+        Args:
+            live: the rich panel (None: when stdout is a terminal). lines: of the log written
+                before attaching, only the last N lines (-1: all, or 1000 on a terminal).
+            as_json: print the JSON step records instead of the log (``rayjobs tail --json``);
+                ``lines`` N then means the records from the N-th last step on.
 
         Returns:
             0 SUCCEEDED, 1 FAILED, 3 STOPPED, 130 if interrupted (Ctrl-C: the job goes on).
         """
         from rayjobs.views import jobtail
 
-        return jobtail.tail(self.dashboard, self.job_id, live=live, lines=lines)
+        return jobtail.tail(self.dashboard, self.job_id, live=live, lines=lines, as_json=as_json)
 
     def stop(self, *, wait: float = 90.0, at_checkpoint: bool = False, timeout: float = 3600.0) -> str:
         """Stop the job (SIGTERM, the head's grace period, then Ray's kill); its status after at most

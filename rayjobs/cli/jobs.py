@@ -56,69 +56,109 @@ def _pipe_safe(fn: Any) -> Any:
 
 
 # --------------------------------------------------------------------------- tail / logs
+JSON_HELP = ("JSON Lines on stdout instead of the log: one object per verl step line (verl's keys, flat, with "
+             "event=step, job, run, attempt, step, total_steps, ts) and per rayjobs event (admitted, attempt_started, "
+             "attempt_failed, last_checkpoint, checkpoint_saved; job_ended last, with status and cause). Other log "
+             "lines are not printed. ts is UTC, the time the line was read unless it carries a time (ts_source).")
+
+
 @main.command("tail")
 @click.argument("job_id")
 @click.option("--plain", is_flag=True, help="Plain lines even on a terminal (no live panel).")
 @click.option("--lines", "-n", type=int, default=None, metavar="N",
-              help="Of the log written before attaching, print only the last N lines (default: all of it; the last 1000 on a terminal).")
+              help="Of the log written before attaching, print only the last N lines (default: all of it; the last "
+                   "1000 on a terminal). With --json: the records from the N-th last step on (default: all).")
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 @ADDRESS
-def tail_cmd(job_id: str, plain: bool, lines: Optional[int], address: Optional[str]) -> None:
+def tail_cmd(job_id: str, plain: bool, lines: Optional[int], as_json: bool, address: Optional[str]) -> None:
     """Follow a job's log with live RL progress until it ends.
 
     Exit code: 0 SUCCEEDED, 1 FAILED, 3 STOPPED, 130 detached with Ctrl-C (the job keeps running).
+    A job the cluster no longer shows (or a cluster that is gone): the end of its log kept in the
+    local record, and its kept final status's exit code.
     """
 
     def go() -> int:
         from rayjobs.api import Job
+        from rayjobs.errors import ClusterUnreachable, NoSuchJob
 
-        job = Job.find(job_id, address=address)
-        return job.tail(live=False if plain else None, lines=-1 if lines is None else lines)
+        try:
+            job = Job.find(job_id, address=address)
+        except (ClusterUnreachable, NoSuchJob) as e:
+            return _kept_log(job_id, e, lines=lines, as_json=as_json, tail=True)
+        return job.tail(live=False if plain else None, lines=-1 if lines is None else lines, as_json=as_json)
 
     _exit(run_cli(_pipe_safe(go)))
 
 
 @main.command("logs")
 @click.argument("job_id")
-@click.option("--tail", "-n", "lines", type=int, default=None, metavar="N", help="Only the last N lines.")
+@click.option("--tail", "-n", "lines", type=int, default=None, metavar="N",
+              help="Only the last N lines. With --json: the records from the N-th last step on (the whole log is read).")
 @click.option("--follow", "-f", is_flag=True, help="Keep following (same as `rayjobs tail --plain`).")
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 @ADDRESS
-def logs_cmd(job_id: str, lines: Optional[int], follow: bool, address: Optional[str]) -> None:
+def logs_cmd(job_id: str, lines: Optional[int], follow: bool, as_json: bool, address: Optional[str]) -> None:
     """Print a job's log (plain text, no ANSI codes unless stdout is a terminal)."""
 
     def go() -> int:
         from rayjobs.api import Job
-        from rayjobs.errors import ClusterUnreachable
+        from rayjobs.errors import ClusterUnreachable, NoSuchJob
 
         try:
             job = Job.find(job_id, address=address)
-        except ClusterUnreachable as e:
-            return _kept_log(job_id, e)
+        except (ClusterUnreachable, NoSuchJob) as e:
+            return _kept_log(job_id, e, lines=lines, as_json=as_json)
         if follow:
-            return job.tail(live=False)
+            return job.tail(live=False, lines=-1 if lines is None else lines, as_json=as_json)
         wrote = False
-        for text in job.iter_logs(tail=lines, clean=not sys.stdout.isatty()):
-            sys.stdout.write(text)
-            wrote = wrote or bool(text)
+        if as_json:
+            from rayjobs.views.steplog import dumps
+
+            for rec in job.steps(tail=lines):
+                sys.stdout.write(dumps(rec) + "\n")
+                wrote = True
+        else:
+            for text in job.iter_logs(tail=lines, clean=not sys.stdout.isatty()):
+                sys.stdout.write(text)
+                wrote = wrote or bool(text)
         sys.stdout.flush()
         if not wrote:
-            _say(f"{job.job_id} has no log yet ({job.status()})")
+            _say(f"{job.job_id} has no {'step yet' if as_json else 'log yet'} ({job.status()})")
         return 0
 
     _exit(run_cli(_pipe_safe(go)))
 
 
-def _kept_log(job_id: str, e: Exception) -> int:
-    """``rayjobs logs`` with the cluster gone: the end of the log kept in the local record."""
+def _kept_log(job_id: str, e: Exception, *, lines: Optional[int], as_json: bool, tail: bool = False) -> int:
+    """``logs``/``tail`` of a job its cluster cannot show (unreachable, or it forgot the job): the
+    end of its log kept in the local record (the last ``lines`` lines; JSON: its records); ``tail``:
+    the exit code of the kept final status. Nothing kept: ``e`` is raised."""
     from rayjobs import api
+    from rayjobs.errors import ClusterUnreachable
     from rayjobs.submit import ledger
+    from rayjobs.views import logparse, steplog
+    from rayjobs.views.jobtail import EXIT_CODES
 
     row = api.recorded_row(job_id, "", gone=True)
     kept = ledger.kept_log_tail(row["id"])
     if kept is None:
         raise e
-    _say(f"cluster unreachable: the end of {row['id']}'s log kept in the local record. {e}")
-    sys.stdout.write(kept.decode("utf-8", "replace"))
-    return 0
+    why = "cluster unreachable" if isinstance(e, ClusterUnreachable) else f"{row['id']} is not on the cluster"
+    _say(f"{why}: the end of {row['id']}'s log kept in the local record. {e}")
+    text = kept.decode("utf-8", "replace")
+    if as_json:
+        sys.stdout.write("".join(steplog.dumps(r) + "\n" for r in steplog.kept_records(row, text, tail=lines)))
+    else:
+        text = text if sys.stdout.isatty() else logparse.clean_block(text)
+        if lines is not None:
+            text = "".join(x + "\n" for x in text.splitlines()[-lines:]) if lines > 0 else ""
+        sys.stdout.write(text)
+    if not tail:
+        return 0
+    status = str(row["status"]) if row.get("final") else "UNKNOWN"
+    _say(f"{row['id']} · {status} (kept in the local record)")
+    return EXIT_CODES.get(status, 4)
 
 
 # --------------------------------------------------------------------------- status / list

@@ -4,7 +4,8 @@ Exit codes (design §3): 0 SUCCEEDED, 1 FAILED, 3 STOPPED; 130 when Ctrl-C detac
 on); 2 for errors (unknown id, unreachable cluster). The log comes from
 :class:`rayjobs.client.logstream.LogFollower` (every byte once, resumes after a dashboard restart); on a
 terminal a rich live panel sits below it (:mod:`rayjobs.views.panel`), otherwise stdout gets plain
-lines without ANSI codes and stderr a last status line.
+lines without ANSI codes and stderr a last status line. With ``--json`` stdout gets the log's JSON
+step records instead (:mod:`rayjobs.views.steplog`), a ``job_ended`` record last, never a panel.
 """
 
 from __future__ import annotations
@@ -47,12 +48,14 @@ class _Backlog:
     empty log); a heartbeat before the first byte is not "caught up" (that printed the whole log).
     """
 
-    def __init__(self, lines: Optional[int]) -> None:
+    def __init__(self, lines: Optional[int], in_view: bool = False) -> None:
         from collections import deque
 
         self.lines: Optional[deque] = deque(maxlen=max(0, lines)) if lines is not None else None
         self.held = 0
         self.ended: Optional[bool] = None
+        #: the view keeps the backlog itself (JSON records: the last N steps, not lines) until released
+        self.in_view = in_view
 
     def take(self, text: str) -> bool:
         """Keep ``text`` (whole lines) if still catching up; False: the caller prints it."""
@@ -64,11 +67,15 @@ class _Backlog:
         return True
 
     def caught_up(self, follower: Any) -> bool:
-        return (self.lines is not None and not self.ended
+        return ((self.lines is not None or self.in_view) and not self.ended
                 and (follower.seen > 0 or follower.quiet_s() >= EMPTY_LOG_S))
 
     def release(self, view: Any, job_id: str) -> None:
         """Print the kept lines (saying how many were left out) and stop keeping."""
+        if self.in_view:
+            self.in_view = False
+            view.release(job_id)
+            return
         if self.lines is None:
             return
         if self.held > len(self.lines):
@@ -78,18 +85,21 @@ class _Backlog:
 
 
 def tail(d: "Dashboard", job_id: str, live: Optional[bool] = None, interval: float = 0.05,
-         lines: Optional[int] = -1) -> int:
+         lines: Optional[int] = -1, as_json: bool = False) -> int:
     """Stream ``job_id``'s log with a view until the job is terminal; its exit code.
 
     ``lines``: how much of the log written before we attached to print: None = all of it, N = the
     last N lines (the rest is still read, so the view knows the total steps, W&B run and attempt),
-    -1 = all when not on a terminal, the last 1000 on one.
+    -1 = all when not on a terminal, the last 1000 on one. ``as_json``: instead of the log, its
+    JSON step records on stdout (:mod:`rayjobs.views.steplog`), ``job_ended`` last; ``lines`` N
+    then counts steps (the records from the N-th last step on), -1 = all of them.
     """
     from rayjobs.client.logstream import LogFollower
     from rayjobs.views import logparse
-    from rayjobs.views.panel import LiveView, PlainView, status_line
 
-    if live is None:
+    if as_json:
+        live = False  # stdout is the records' alone: no panel
+    elif live is None:
         live = sys.stdout.isatty() and os.environ.get("TERM") != "dumb"
     try:
         ended = wait_until_in_ray(d, job_id)
@@ -98,12 +108,11 @@ def tail(d: "Dashboard", job_id: str, live: Optional[bool] = None, interval: flo
              f"Stop it: rayjobs stop {job_id}")
         return DETACHED
     if ended is not None:  # finished, and Ray no longer lists it: its recorded log, then its status
-        return _replay(d, job_id, ended, lines)
+        return _replay(d, job_id, ended, lines, as_json)
     outage = float(os.environ.get("RAYJOBS_TAIL_OUTAGE_S", "300"))
     follower = LogFollower(d, job_id, interval=interval, outage_s=outage, say=_say)
     progress = logparse.Progress()
-    view: Any = LiveView(job_id) if live else PlainView()
-    backlog = _Backlog((1000 if live else None) if lines == -1 else lines)
+    view, backlog = _view(job_id, live, as_json, lines, lambda: follower.job)
     try:
         with view:
             for _ in range(MAX_PREEMPTIONS):
@@ -123,6 +132,26 @@ def tail(d: "Dashboard", job_id: str, live: Optional[bool] = None, interval: flo
         _say(f"detached from {job_id} ({follower.status}); it keeps running. Re-attach: rayjobs tail {job_id}  "
              f"Stop it: rayjobs stop {job_id}")
         return DETACHED
+    return _ended(d, job_id, follower, progress, view if as_json else None, live)
+
+
+def _view(job_id: str, live: bool, as_json: bool, lines: Optional[int], job_of: Any) -> tuple[Any, _Backlog]:
+    """The view (live panel, plain lines or JSON records) and the backlog it starts with."""
+    if as_json:
+        from rayjobs.views.steplog import JsonView, StepRecords
+
+        hold = None if lines in (None, -1) else lines
+        return JsonView(StepRecords(job_id, job_of=job_of), hold=hold, say=_say), _Backlog(None, in_view=hold is not None)
+    from rayjobs.views.panel import LiveView, PlainView
+
+    return (LiveView(job_id) if live else PlainView()), _Backlog((1000 if live else None) if lines == -1 else lines)
+
+
+def _ended(d: "Dashboard", job_id: str, follower: Any, progress: Any, json_view: Any, live: bool) -> int:
+    """The job is over: keep its final copy, say how it ended (stderr; JSON: ``job_ended``); its exit code."""
+    from rayjobs.views import logparse
+    from rayjobs.views.panel import status_line
+
     status = follower.status
     if status in TERMINAL:
         from rayjobs.views import jobrows
@@ -130,8 +159,13 @@ def tail(d: "Dashboard", job_id: str, live: Optional[bool] = None, interval: flo
         jobrows.keep_job(d, follower.job)  # the end of a tail keeps the final copy (once)
     if not live:
         _say(status_line(job_id, status, progress))
-    if status == "FAILED":
-        _say(f"{job_id} FAILED: {failure_summary(follower.job, bytes(follower.tail))}")
+    cause = logparse.failure_summary(follower.job, bytes(follower.tail)) if status == "FAILED" else None
+    if cause:
+        _say(f"{job_id} FAILED: {cause}")
+    if json_view is not None and status in TERMINAL:
+        from rayjobs.views.steplog import ended_at
+
+        json_view.emit(json_view.records.end(status, cause, ended_at(follower.job)))
     return EXIT_CODES.get(status, 4)
 
 
@@ -224,34 +258,20 @@ def wait_until_in_ray(d: "Dashboard", job_id: str, every: float = 0.5, after_pre
         time.sleep(every)
 
 
-def _replay(d: "Dashboard", job_id: str, status: str, lines: Optional[int]) -> int:
-    """A finished job Ray no longer lists: its recorded log (the last ``lines``), its exit code."""
+def _replay(d: "Dashboard", job_id: str, status: str, lines: Optional[int], as_json: bool = False) -> int:
+    """A finished job Ray no longer lists: its recorded log (the last ``lines``; JSON: its step
+    records, from the ``lines``-th last step on, ``job_ended`` last), its exit code."""
     from rayjobs.views import joblog
 
-    for text in joblog.iter_log(d, job_id, tail=None if lines in (None, -1) else lines):
-        sys.stdout.write(text)
+    n = None if lines in (None, -1) else lines
+    if as_json:
+        from rayjobs.views import steplog
+
+        for rec in steplog.log_records(d, job_id, tail=n):
+            sys.stdout.write(steplog.dumps(rec) + "\n")
+    else:
+        for text in joblog.iter_log(d, job_id, tail=n):
+            sys.stdout.write(text)
     sys.stdout.flush()
     _say(f"{job_id} · {status} (from the queue's history)")
     return EXIT_CODES.get(status, 4)
-
-
-def failure_summary(job: dict[str, Any], log_tail: bytes) -> str:
-    """One line for a FAILED job: the runner's cause line, else the log's last exception line,
-    else Ray's message (its first line).
-
-    Ray's message is "Job entrypoint command failed with exit code 1, last available logs
-    (truncated to 20,000 chars): ..." followed by the log's *start*: cut at 300 characters it ends
-    mid-path and never names the exception.
-    """
-    from rayjobs.views import logparse
-
-    text = logparse.clean_block(log_tail.decode("utf-8", "replace"))
-    p = logparse.parse_lines(text.splitlines()[-2000:])
-    if p.cause:  # the runner's own one-line cause (rayjobs.oncluster.failurecause)
-        return p.cause[:300]
-    err = logparse.failure_line(text)
-    msg = logparse.clean(str(job.get("message") or "")).split(", last available logs")[0]
-    msg = " ".join(msg.split())[:200]
-    if err:
-        return f"{err[:300]}" + (f" ({msg})" if msg else "")
-    return msg or "no message from Ray"

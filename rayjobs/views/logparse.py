@@ -160,6 +160,11 @@ def val_core(data: dict[str, float]) -> Optional[tuple[str, float]]:
     return None
 
 
+#: What :meth:`Progress.feed_kind` says a line was.
+KINDS = ("step", "total", "wandb", "admitted", "checkpoint_saved", "last_checkpoint", "attempt_failed", "job_failed",
+         "attempt", "val", "resumed")
+
+
 @dataclass
 class Progress:
     """What the log says about a run so far; fed one raw line at a time (constant memory)."""
@@ -183,54 +188,71 @@ class Progress:
         return self.feed_clean(clean(raw))
 
     def feed_clean(self, line: str) -> bool:
+        """Fold one cleaned line in; True if it changed anything a view shows."""
+        return self.feed_kind(line) is not None
+
+    def feed_kind(self, line: str) -> Optional[str]:
+        """Fold one cleaned line in; what it was (one of :data:`KINDS`), None for any other line.
+
+        The one place a line is recognised: the views fold it into their state, the JSON step
+        records (:mod:`rayjobs.views.steplog`) also turn some kinds into objects.
+        """
         text = body(line)
         if "step:" in text:
             parsed = parse_step(text)
             if parsed:
                 self.on_step(*parsed)
-                return True
+                return "step"
         if "Total training steps" in text:
             m = TOTAL.search(text)
             if m:
                 self.total = int(m.group("total"))
-                return True
+                return "total"
         if "wandb.ai" in text:
             m = WANDB.search(text)
             if m:
                 self.wandb_url = m.group(0)
-                return True
-        if text.startswith("[rayjobs] admitted "):
-            return True
-        m = CHECKPOINT.match(text)
-        if m:
-            self.checkpoint = int(m.group("step"))
-            return True
-        if " failed: " in text and text.startswith("[rayjobs] "):
-            m = FAILED.match(text)
-            if m:
-                self.on_failure(m.group("n"), m.group("cause"))
-                return True
-        if text.startswith("[rayjobs] attempt "):
-            m = ATTEMPT.match(text)
-            if m:
-                self.attempt = int(m.group("n"))
-                self._first = None
-                self.step_times.clear()
-                return True
+                return "wandb"
+        if text.startswith("[rayjobs] "):
+            return self._runner_line(text)
         if "validation metrics:" in text:
             m = VALDICT.search(text)
             if m:
                 vc = val_core(parse_dict(m.group("d")))
                 if vc:
                     self.val = (vc[0], vc[1], self.step)
-                    return True
+                    return "val"
         if text.startswith("Resuming from "):
             self.resumed_from = text[len("Resuming from "):].strip()
-            return True
-        return False
+            return "resumed"
+        return None
+
+    def _runner_line(self, text: str) -> Optional[str]:
+        """A ``[rayjobs] ...`` line of the job's runner (rayjobs.oncluster.runner, checkpointwatch)."""
+        if text.startswith("[rayjobs] admitted "):
+            return "admitted"
+        m = CHECKPOINT.match(text)
+        if m:
+            self.checkpoint = int(m.group("step"))
+            return "checkpoint_saved" if text.startswith("[rayjobs] checkpoint saved") else "last_checkpoint"
+        if " failed: " in text:
+            m = FAILED.match(text)
+            if m:
+                self.on_failure(m.group("n"), m.group("cause"))
+                return "attempt_failed" if m.group("n") else "job_failed"
+        if text.startswith("[rayjobs] attempt "):
+            m = ATTEMPT.match(text)
+            if m:
+                self.attempt = int(m.group("n"))
+                self._first = None
+                self.step_times.clear()
+                return "attempt"
+        return None
 
     def on_failure(self, attempt: Optional[str], cause: str) -> None:
         if attempt is not None:
+            if self.attempt is None:  # a log read from its middle (a kept tail): the line names it
+                self.attempt = int(attempt)
             self.failures = (self.failures + [f"attempt {attempt}: {cause}"])[-20:]
         self.cause = cause
 
@@ -300,6 +322,26 @@ def parse_lines(lines: Iterable[str]) -> Progress:
     for line in lines:
         p.feed(line)
     return p
+
+
+def failure_summary(job: dict[str, Any], log_tail: bytes) -> str:
+    """One line for a FAILED job: the runner's cause line, else the log's last exception line,
+    else Ray's message (its first line).
+
+    Ray's message is "Job entrypoint command failed with exit code 1, last available logs
+    (truncated to 20,000 chars): ..." followed by the log's *start*: cut at 300 characters it ends
+    mid-path and never names the exception.
+    """
+    text = clean_block(log_tail.decode("utf-8", "replace"))
+    p = parse_lines(text.splitlines()[-2000:])
+    if p.cause:  # the runner's own one-line cause (rayjobs.oncluster.failurecause)
+        return p.cause[:300]
+    err = failure_line(text)
+    msg = clean(str(job.get("message") or "")).split(", last available logs")[0]
+    msg = " ".join(msg.split())[:200]
+    if err:
+        return f"{err[:300]}" + (f" ({msg})" if msg else "")
+    return msg or "no message from Ray"
 
 
 # --------------------------------------------------------------------------- bytes -> lines
