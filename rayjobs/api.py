@@ -553,9 +553,10 @@ def effective_settings() -> dict[str, dict[str, Any]]:
     file key; its own precedence, README "Address").
 
     Returns:
-        ``{key: {"value": ..., "source": ...}}`` in schema order; a source is ``command line``-free:
-        ``env RAYJOBS_X``, a settings file as shown (``./rayjobs.yaml``, ``~/.rayjobs/settings.yaml``),
-        ``remembered cluster``, ``bootstrap/cluster.yaml`` (the cluster's shape) or ``default``.
+        ``{key: {"value": ..., "source": ...}}`` in schema order. A source is ``env RAYJOBS_X``, a
+        settings file as shown (``./rayjobs.yaml``, ``~/.rayjobs/settings.yaml``), ``remembered
+        cluster``, ``bootstrap/cluster.yaml`` (the cluster's shape) or ``default`` (the command line
+        of a submit or ``rayjobs up`` comes on top of these, in that command).
 
     Raises:
         ConfigError: a settings file or variable is wrong (one line naming it and the key).

@@ -228,6 +228,8 @@ def parse(text: str, shown: str) -> dict[str, Any]:
     for key, value in _flatten(doc):
         if key not in KEYS:
             group = [k for k in KEYS if k.startswith(key + ".")]
+            if group and value is None:  # `wandb:` with nothing under it
+                continue
             if group:
                 raise ConfigError(f"{shown}: {key} must be a mapping of {', '.join(group)}")
             hint = did_you_mean(key, KEYS) or f" (valid keys: {', '.join(KEYS)})"
@@ -255,6 +257,9 @@ def _refuse_secret_values(d: Mapping[Any, Any], shown: str, prefix: str = "") ->
         key = f"{prefix}{k}"
         if key == "secrets" and isinstance(v, (list, tuple)):
             continue  # the names to forward: checked as names
+        if key == "secrets" and isinstance(v, str):  # maybe names, maybe a value: never echoed
+            raise ConfigError(f"{shown}: secrets must be a list of environment variable names, "
+                              f"e.g. [WANDB_API_KEY, HF_TOKEN]")
         if isinstance(v, dict):
             _refuse_secret_values(v, shown, key + ".")
         elif SECRET_PATTERN.search(str(k)) and v not in (None, "", [], {}):

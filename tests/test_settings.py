@@ -61,6 +61,9 @@ def test_each_layer_wins_over_the_ones_below_per_key(world: dict[str, Path], mon
     home, proj = world["home"], world["proj"]
     s = settings.current()
     assert all(s.source(k) == "default" for k in KEYS) and s.files == ()
+    write(proj / "rayjobs.yaml", "# nothing yet\nwandb:\ncluster:\n  name:\n")  # empty keys leave the layers below
+    s = settings.current()
+    assert all(s.source(k) == "default" for k in KEYS) and s.files == ("./rayjobs.yaml",)
     assert (s.cluster.name, s.secrets, s.cluster.idle_minutes) == ("rayjobs", ("WANDB_API_KEY", "HF_TOKEN"), 30)
     assert settings.storage_root() == home / "storage"
 
@@ -193,6 +196,7 @@ BAD = [
     ("secret_value_nested", "wandb:\n  api_key: sk-live-1234\n", r"\./rayjobs\.yaml: wandb\.api_key holds what looks like a secret's value"),
     ("secret_values_map", "secrets:\n  HF_TOKEN: sk-live-1234\n", r"\./rayjobs\.yaml: secrets\.HF_TOKEN holds what looks like a secret's value"),
     ("secret_in_names", "secrets: [WANDB_API_KEY=sk-live-1234]\n", r"\./rayjobs\.yaml: secrets\[0\] is not an environment variable name"),
+    ("secrets_string", "secrets: WANDB_API_KEY\n", r"\./rayjobs\.yaml: secrets must be a list of environment variable names"),
     ("ray_token_name", "secrets: [RAY_AUTH_TOKEN]\n", r"\./rayjobs\.yaml: secrets\[0\] = RAY_AUTH_TOKEN: Ray's own variables are not forwarded"),
 ]
 

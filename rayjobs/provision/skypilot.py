@@ -234,8 +234,9 @@ def up(name: str, params: dict[str, str], out: Any = None, sdk: Any = None) -> d
     sky = sdk or _sky()
     s = settings.current()
     params, taken = up_params(params, s)
-    if taken:
-        print("rayjobs: from the settings: " + ", ".join(f"{k}={params[k]} ({src})" for k, src in taken.items()),
+    said = {k: src for k, src in taken.items() if src != DEFAULT}
+    if said:
+        print("rayjobs: from the settings: " + ", ".join(f"{k}={params[k]} ({src})" for k, src in said.items()),
               file=out)
     idle = _int("idle_minutes", params.pop("idle_minutes"))
     workdir = str(BOOTSTRAP.parent)
