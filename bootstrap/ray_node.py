@@ -14,11 +14,16 @@ Rank-aware, idempotent, no fixed sleeps:
   would, for the head's raylet to register).
 * fast where Ray is slow: the head's dashboard starts alongside its raylet (Ray's own order makes
   every worker wait for the dashboard's start-up), and loads only the modules rayjobs uses
-  (``RAYJOBS_DASHBOARD_MODULES``: JobHead,NodeHead,StateHead,ReportHead,EventHead; ``all`` for
+  (``RAYJOBS_DASHBOARD_MODULES``: JobHead,NodeHead,StateHead,ReportHead,EventHead,MetricsHead; ``all`` for
   Ray's whole UI): UsageStatsHead's cloud-metadata probes block the Jobs API for ~8 s where no
   metadata endpoint answers (k8s pods, no uplink). Ray's processes are started by a double-forked
   helper, never below this script: SkyPilot SIGTERMs what it last saw below a `run` script when
   the script exits.
+* every node labels itself with its versions (``rayjobs.io/verl=0.9.1``, ``rayjobs.io/commit=...``:
+  `rayjobs cluster` shows them) and exports Ray's Prometheus metrics on a fixed port; the head
+  serves them all, merged, on its loopback (``rayjobs.oncluster.metricsgateway``), which
+  ``rayjobs connect`` tunnels, and loads Ray's MetricsHead, which writes Ray's Prometheus and
+  Grafana configs and dashboards into the head's session dir.
 * a node whose Ray is already part of the cluster changes nothing; a node whose Ray is gone
   (reboot, crash) starts it again and rejoins. It never runs Ray's stop command: SkyPilot's own Ray
   (6380/8266/8076, agent 52365) runs on the same machine. Stale processes of *our* previous
@@ -32,7 +37,10 @@ Inputs: SKYPILOT_NODE_RANK, SKYPILOT_NODE_IPS (newline-separated), SKYPILOT_NUM_
 SKYPILOT_NUM_GPUS_PER_NODE; knobs RAYJOBS_NODE_DIR (~/.rayjobs/node), RAYJOBS_JOIN_TIMEOUT (900),
 RAYJOBS_RAY_PORT, RAYJOBS_DASHBOARD_PORT, RAYJOBS_AGENT_PORT (52366), RAYJOBS_CLIENT_PORT (none),
 RAYJOBS_STORAGE (the shared root, recorded and passed to jobs), RAYJOBS_SECRETS (the secret names
-`rayjobs up` forwarded, comma-separated), RAYJOBS_RAY_TEMP_DIR (several nodes on one host only). Exit 0 = this node is in the cluster
+`rayjobs up` forwarded, comma-separated), RAYJOBS_RAY_TEMP_DIR (several nodes on one host only),
+RAYJOBS_METRICS_EXPORT_PORT (8090: each node's Ray metrics; 0 = Ray picks),
+RAYJOBS_METRICS_PORT (8264: the head's loopback metrics gateway; 0 = none), RAYJOBS_COMMIT (the
+rayjobs commit, shown per node). Exit 0 = this node is in the cluster
 (and, on rank 0, the cluster is complete); 1 = it is not (one line on stderr says why).
 """
 
@@ -100,7 +108,13 @@ class Config:
         self.temp_dir = env.get("RAYJOBS_RAY_TEMP_DIR") or None
         if self.temp_dir and not os.path.isabs(self.temp_dir):
             fail(f"RAYJOBS_RAY_TEMP_DIR={self.temp_dir!r} must be an absolute path")
-        mods = env.get("RAYJOBS_DASHBOARD_MODULES", "JobHead,NodeHead,StateHead,ReportHead,EventHead")
+        # Every node's Prometheus metrics (Ray's own, GPU use included) on a fixed port, so a
+        # firewall rule or a scrape config can name it; 0 lets Ray pick (several nodes on one host).
+        self.metrics_export_port = int(env.get("RAYJOBS_METRICS_EXPORT_PORT", 8090))
+        # The head's metrics gateway (rayjobs.oncluster.metricsgateway): every node's metrics in
+        # one scrape, on the head's loopback only; `rayjobs connect` tunnels it. 0: none.
+        self.metrics_port = int(env.get("RAYJOBS_METRICS_PORT", 8264))
+        mods = env.get("RAYJOBS_DASHBOARD_MODULES", "JobHead,NodeHead,StateHead,ReportHead,EventHead,MetricsHead")
         self.dashboard_modules = None if mods.strip().lower() in ("", "all") else mods
         self.gcs = f"{self.head_ip}:{self.port}"
 
@@ -440,7 +454,8 @@ def _ray_params(cfg: Config) -> Any:
     from ray._private.resource_isolation_config import ResourceIsolationConfig
 
     return RayParams(
-        node_ip_address=cfg.ip, node_name=cfg.ip, num_gpus=cfg.gpus, resources={}, labels={},
+        node_ip_address=cfg.ip, node_name=cfg.ip, num_gpus=cfg.gpus, resources={}, labels=node_labels(),
+        metrics_export_port=cfg.metrics_export_port or None,
         min_worker_port=20002, max_worker_port=29999,  # SkyPilot's Ray: 11002-19999
         node_manager_port=0, ray_client_server_port=cfg.client_port if cfg.head else None,
         temp_dir=cfg.temp_dir,
@@ -452,6 +467,16 @@ def _ray_params(cfg: Config) -> Any:
             enable_resource_isolation=False, cgroup_path=None, system_reserved_cpu=None,
             system_reserved_memory=None),
     )
+
+
+def node_labels() -> dict[str, str]:
+    """This node's versions as Ray node labels (``rayjobs.io/verl=0.9.1``, ...): `rayjobs cluster`
+    shows what each node runs and warns where the client differs."""
+    try:
+        from rayjobs.shared import stack_versions, version_labels
+    except ImportError:
+        return {}
+    return version_labels(stack_versions())
 
 
 def _start_head_node(ray_node: Any, params: Any, cfg: Config) -> Any:
@@ -526,7 +551,9 @@ def _patch_dashboard_modules(modules: Optional[str]) -> None:
     The Jobs API answers only once *every* module's subprocess is up, and rayjobs needs few: the
     Jobs API (JobHead: /api/jobs, /api/version; NodeHead records the head node id it needs), the
     state API (StateHead: /api/v0/nodes, logs), the cluster status (ReportHead) and EventHead
-    (where the nodes' agents report events). Left out, among others, UsageStatsHead: its cloud
+    (where the nodes' agents report events), the metrics service discovery (ReportHead:
+    /api/prometheus/sd, for the metrics gateway) and MetricsHead (Ray's Prometheus and Grafana
+    configs and dashboards in the session dir). Left out, among others, UsageStatsHead: its cloud
     metadata probes block the dashboard's event loop for ~8 s where no metadata endpoint answers.
     RAYJOBS_DASHBOARD_MODULES=all brings the whole Ray dashboard UI back.
     """
@@ -551,7 +578,11 @@ def _start_cli(cfg: Config) -> str:
         f"--dashboard-agent-listen-port={cfg.agent_port}",
         "--min-worker-port=20002", "--max-worker-port=29999",
         f"--ray-client-server-port={cfg.client_port or 10011}", "--disable-usage-stats",
+        f"--metrics-export-port={cfg.metrics_export_port}",
     ]
+    labels = node_labels()
+    if labels:
+        args.append("--labels=" + ",".join(f"{k}={v}" for k, v in labels.items()))
     if cfg.temp_dir:
         args.append(f"--temp-dir={cfg.temp_dir}")
     if cfg.head:
@@ -643,8 +674,45 @@ def wait_complete(cfg: Config) -> None:
             fail(f"cluster not ready after {cfg.timeout:.0f} s: {what} (head {cfg.gcs}, "
                  f"{cfg.num_nodes - len(gaps)} of {cfg.num_nodes} nodes present); see those nodes' `sky logs` output")
         time.sleep(0.1)
-    write_ready(cfg, nodes)
+    metrics = metrics_gateway(cfg)
+    write_ready(cfg, nodes, metrics)
     revive_queue(cfg)
+
+
+def _gateway_up(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/-/healthy", timeout=1) as r:
+            return r.status == 200
+    except (OSError, ValueError):
+        return False
+
+
+def metrics_gateway(cfg: Config) -> Optional[str]:
+    """Start the head's metrics gateway (loopback only) unless it answers; its address, or None.
+
+    Non-fatal: the cluster runs its jobs without it; `rayjobs cluster` then says metrics are not
+    available. Started detached (it double-forks), like Ray's processes, so it outlives this script.
+    """
+    if not cfg.metrics_port:
+        return None
+    if not _gateway_up(cfg.metrics_port):
+        cmd = [sys.executable, "-m", "rayjobs.oncluster.metricsgateway", "--daemon", f"--port={cfg.metrics_port}",
+               f"--dashboard=http://127.0.0.1:{cfg.dashboard_port}", f"--pidfile={cfg.dir / 'metrics_gateway.pid'}",
+               f"--log={cfg.dir / 'metrics_gateway.log'}"]
+        try:
+            subprocess.run(cmd, timeout=30, check=True, stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.SubprocessError) as e:
+            log(f"warning: the metrics gateway did not start ({e.__class__.__name__}); `rayjobs cluster` shows no GPU use")
+            return None
+        deadline = time.monotonic() + 30
+        while not _gateway_up(cfg.metrics_port):
+            if time.monotonic() > deadline:
+                log(f"warning: the metrics gateway does not answer on 127.0.0.1:{cfg.metrics_port} "
+                    f"(see {cfg.dir / 'metrics_gateway.log'}); `rayjobs cluster` shows no GPU use")
+                return None
+            time.sleep(0.1)
+        log(f"metrics of every node on the head's 127.0.0.1:{cfg.metrics_port} (rayjobs connect tunnels it)")
+    return f"127.0.0.1:{cfg.metrics_port}"
 
 
 def revive_queue(cfg: Config) -> None:
@@ -695,7 +763,7 @@ def _secret_names() -> list[str]:
     return sorted(own | set(secret_names(dict(os.environ))))
 
 
-def write_ready(cfg: Config, nodes: list[dict[str, Any]]) -> None:
+def write_ready(cfg: Config, nodes: list[dict[str, Any]], metrics: Optional[str] = None) -> None:
     """The readiness record; rewritten only when its content changes (a re-run changes nothing)."""
     import ray
 
@@ -708,11 +776,16 @@ def write_ready(cfg: Config, nodes: list[dict[str, Any]]) -> None:
         "node_ips": cfg.ips[: cfg.num_nodes],
         "gcs": cfg.gcs,
         "dashboard": f"127.0.0.1:{cfg.dashboard_port}",
+        # The head's metrics gateway (loopback; `rayjobs connect` tunnels it), or None, and Ray's
+        # temp dir there (Ray writes its Prometheus/Grafana configs under session_latest/metrics).
+        "metrics": metrics,
+        "ray_temp_dir": ray_temp_dir(cfg),
         "token_path": str(cfg.dir / "auth_token"),
         "storage": cfg.storage or None,
         "ray_version": ray.__version__,
         "verl_version": _version("verl"),
         "rayjobs_version": _version("rayjobs"),
+        "rayjobs_commit": node_labels().get("rayjobs.io/commit"),
         # Names only: what the jobs' environment holds (preflight checks e.g. WANDB_API_KEY by name).
         "secrets": _secret_names(),
     }

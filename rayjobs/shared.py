@@ -124,3 +124,70 @@ def parse_stamp(text: str) -> Optional[float]:
         return None
     d = datetime.strptime(m.group(1), STAMP_FORMAT + ".%f").replace(tzinfo=timezone.utc)
     return d.timestamp()
+
+
+# --------------------------------------------------------------------------- what a node runs
+#: The packages whose versions decide whether a job runs as it was checked: reported per node
+#: (Ray node labels) and compared with the client's.
+STACK = ("rayjobs", "ray", "verl", "vllm", "torch", "flash-attn")
+#: The env var naming the git commit rayjobs was built from (the cluster image sets it; `rayjobs up`
+#: passes the client's to the SkyPilot task).
+COMMIT_ENV = "RAYJOBS_COMMIT"
+#: Prefix of the Ray node labels that carry a node's versions (``ray.io/`` is Ray's own).
+LABEL_PREFIX = "rayjobs.io/"
+
+
+def source_commit() -> Optional[str]:
+    """The git commit this rayjobs was built from: ``$RAYJOBS_COMMIT``, else the commit of the
+    checkout rayjobs is imported from (an editable install), else None (a wheel without one)."""
+    import os
+    import subprocess
+
+    if os.environ.get(COMMIT_ENV):
+        return os.environ[COMMIT_ENV].strip() or None
+    top = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if not os.path.exists(os.path.join(top, ".git")):
+        return None
+    try:
+        r = subprocess.run(["git", "-C", top, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return (r.stdout.strip() or None) if r.returncode == 0 else None
+
+
+def stack_versions() -> dict[str, Optional[str]]:
+    """This environment's versions of :data:`STACK` (None: not installed), plus ``commit``."""
+    from importlib import metadata
+
+    out: dict[str, Optional[str]] = {}
+    for dist in STACK:
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = None
+    out["commit"] = source_commit()
+    return out
+
+
+def version_labels(versions: dict[str, Optional[str]]) -> dict[str, str]:
+    """Ray node labels for ``versions``: ``rayjobs.io/verl=0.9.1``, ``rayjobs.io/commit=<12 hex>``.
+
+    A label value is at most 63 characters of ``[A-Za-z0-9_.-]`` (Ray checks), so a local version
+    such as ``2.11.0+cu130`` is written ``2.11.0_cu130``; :func:`labels_versions` reads them back.
+    """
+    out = {}
+    for name, value in versions.items():
+        if value:
+            v = re.sub(r"[^A-Za-z0-9_.-]", "_", value[:12] if name == "commit" else value)[:63].strip("_.-")
+            if v:
+                out[LABEL_PREFIX + name] = v
+    return out
+
+
+def labels_versions(labels: dict[str, str]) -> dict[str, str]:
+    """The versions a node's labels carry (see :func:`version_labels`), ``+`` restored."""
+    out = {}
+    for key, value in (labels or {}).items():
+        if key.startswith(LABEL_PREFIX):
+            out[key[len(LABEL_PREFIX):]] = value.replace("_", "+")  # PEP 440 versions have no "_"
+    return out

@@ -138,12 +138,26 @@ def test_cluster_forms_with_all_nodes_and_gpus(formed: Cluster) -> None:
     assert rec["ray_version"] == version("ray") and rec["verl_version"] == version("verl")
     assert rec["storage"] == str(formed.storage)
     assert rec["secrets"] == ["WANDB_API_KEY"]  # names only; Ray's own RAY_AUTH_TOKEN is not a job's
+    assert rec["metrics"] == "127.0.0.1:8264" and rec["ray_temp_dir"] == "/tmp/ray"
     on_disk = json.loads((formed.node_dir(formed.head) / "ready.json").read_text())
     assert on_disk == rec
     # Ray outlived SkyPilot's kill daemon (it started no Ray process below the script).
     assert {n.rank: formed.daemons(n) for n in formed.net.nodes} == formed.first_daemons
     assert all(any(b"raylet/raylet" in Path(f"/proc/{p}/cmdline").read_bytes() for p in formed.first_daemons[n.rank])
                for n in formed.net.nodes)
+    # So did the head's metrics gateway (it double-forked), serving every node's Ray metrics merged.
+    r = formed.py(formed.head, "import urllib.request as u; print(u.urlopen('http://127.0.0.1:8264/metrics', "
+                               "timeout=30).read().decode())")
+    assert r.returncode == 0, r.stderr
+    for ip in formed.net.ips:  # each node's own samples, and each node's endpoint read
+        assert f'ip="{ip}"' in r.stdout and f'rayjobs_metrics_target_up{{target="{ip}:8090"}} 1.0' in r.stdout
+    assert r.stdout.count("# TYPE ray_node_cpu_utilization gauge") == 1  # one valid exposition
+    # Every node labelled itself with what it runs (`rayjobs cluster` shows it per node).
+    r = formed.py(formed.head, "import json, ray; ray.init(address='auto', logging_level='ERROR'); "
+                               "print(json.dumps([n['Labels'] for n in ray.nodes()]))")
+    labels = json.loads(r.stdout.strip().splitlines()[-1])
+    assert len(labels) == 3 and all(lb.get("rayjobs.io/verl") == version("verl")
+                                    and lb.get("rayjobs.io/ray") == version("ray") for lb in labels), labels
     # The early worker waited for the head, then joined (no fixed sleep: it polled the GCS).
     early = formed.first[2][1]
     assert early.index("waiting for the head") < early.index("joined")
@@ -165,6 +179,7 @@ def test_rerun_changes_nothing(formed: Cluster) -> None:
         assert p.returncode == 0, outs[r]
     assert "already running: not starting it again" in outs[0] and "cluster ready (unchanged)" in outs[0]
     assert "nothing to do" in outs[1] and "nothing to do" in outs[2]
+    assert "metrics of every node" not in outs[0]  # the gateway answered: not started again
     assert {n.rank: formed.daemons(n) for n in formed.net.nodes} == before
     assert ready.stat().st_mtime_ns == mtime
     assert _ready(outs[0])["ready_at"] == json.loads(ready.read_text())["ready_at"]
@@ -173,8 +188,9 @@ def test_rerun_changes_nothing(formed: Cluster) -> None:
 _PROBE = """
 import socket, sys
 for host in sys.argv[1:]:
+    addr, port = (host.rsplit(":", 1)[0], int(host.rsplit(":", 1)[1])) if ":" in host else (host, 8265)
     try:
-        socket.create_connection((host, 8265), timeout=2).close(); print(host, "open")
+        socket.create_connection((addr, port), timeout=2).close(); print(host, "open")
     except OSError as e:
         print(host, "closed", e.__class__.__name__)
 """
@@ -186,6 +202,9 @@ def test_dashboard_listens_on_loopback_only(formed: Cluster) -> None:
     assert "127.0.0.1 open" in r.stdout and f"{head.ip} closed" in r.stdout, r.stdout + r.stderr
     r = worker.run([PY, "-c", _PROBE, head.ip])
     assert f"{head.ip} closed" in r.stdout, r.stdout + r.stderr
+    # The metrics gateway too: every node's metrics, on the head's loopback only.
+    r = head.run([PY, "-c", _PROBE, "127.0.0.1:8264", f"{head.ip}:8264"])
+    assert "127.0.0.1:8264 open" in r.stdout and f"{head.ip}:8264 closed" in r.stdout, r.stdout + r.stderr
 
 
 _JOBS = r"""
@@ -311,6 +330,9 @@ def test_connect_tunnels_through_ssh_and_is_reused(formed: Cluster) -> None:
         r = laptop.run(cli + ["connect", "rjtest"], env=env, timeout=120)
         assert r.returncode == 0, r.stderr
         url = r.stdout.strip()
+        # ... and says how to see every node's metrics, with Prometheus/Grafana on the head's loopback.
+        assert "every node's Ray metrics" in r.stderr and "/tmp/ray/session_latest/metrics/prometheus/prometheus.yml" \
+            in r.stderr and "--web.listen-address=127.0.0.1:9090" in r.stderr, r.stderr
         assert url.startswith("http://127.0.0.1:"), r.stdout
         rec = json.loads((laptop.dir / "rj" / "cluster.json").read_text())
         assert rec["name"] == "rjtest" and rec["address"] == url and rec["nodes"] == 3
@@ -325,8 +347,16 @@ def test_connect_tunnels_through_ssh_and_is_reused(formed: Cluster) -> None:
         view = json.loads(r.stdout)
         assert len(view["nodes"]) == 3 and view["gpus"] == 3 * GPUS and view["gpus_free"] == 3 * GPUS
         assert [n["head"] for n in view["nodes"]] == [True, False, False]
+        # Per-node use from Ray's own metrics, through the tunnelled gateway (the laptop reaches no
+        # node's metrics port itself). Fake GPUs have no NVML: no GPU samples, said as "-".
+        assert rec["metrics"].startswith("http://127.0.0.1:") and view["metrics"] == f"gateway {rec['metrics']}"
+        for n in view["nodes"]:
+            assert n["use"]["mem_total"] > 0 and n["use"]["cpu_percent"] is not None and n["use"]["gpus"] == []
+            assert n["versions"]["verl"] == view["client_versions"]["verl"]
+        assert view["warnings"] == [], view["warnings"]
         human = laptop.run(cli + ["cluster"], env=env, timeout=120).stdout
         assert "3 node(s)" in human and "GPUs 0 used / 6 free / 6 total" in human, human
+        assert "versions: rayjobs" in human and "(every node)" in human and "metrics: gateway" in human, human
         # Without the token the tunnel gets a 401, like anyone else.
         noauth = laptop.run([PY, "-c", f"import urllib.request as u\ntry: u.urlopen('{url}/api/jobs/')\n"
                              "except Exception as e: print(getattr(e, 'code', e))"])

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from conftest import rayjobs_cli
+from conftest import rayjobs_cli, wait_until
 
 REPO = Path(__file__).resolve().parent.parent
 sky = pytest.importorskip("sky", reason="skypilot is not installed (pip install 'rayjobs[sky]')")
@@ -199,8 +199,72 @@ def test_cluster_view_on_the_embedded_head(cluster: Any) -> None:
     v = json.loads(r.stdout)
     assert len(v["nodes"]) == 1 and v["nodes"][0]["head"] and v["name"] == "embedded"
     assert v["gpus_free"] == v["gpus"] - v["gpus_used"]
+    # What the node runs (its Ray labels) and what it uses (Ray's own metrics, scraped directly:
+    # the embedded head's endpoints are on 127.0.0.1), and no warning: it runs this very client.
+    # (Ray's reporter agent publishes a node's first metrics some seconds after the head starts.)
+    v = wait_until(lambda: (lambda w: w if w["nodes"][0].get("use") else None)(
+        json.loads(rayjobs_cli("cluster", "--json").stdout)), 60, "the head's metrics", every=1.0)
+    node = v["nodes"][0]
+    assert node["versions"]["rayjobs"] == v["client_versions"]["rayjobs"] and node["versions"]["ray"]
+    assert node["use"]["mem_total"] > 0 and node["use"]["cpu_percent"] is not None and node["use"]["gpus"] == []
+    assert "scraped directly" in v["metrics"] and v["warnings"] == []
     human = rayjobs_cli("cluster").stdout
-    assert "1 node(s)" in human and "jobs:" in human
+    assert "1 node(s)" in human and "jobs:" in human and "versions: rayjobs" in human and "GiB" in human
+
+
+_GPU_LINES = """\
+# HELP ray_node_gpus_utilization Total GPUs usage on a ray node
+# TYPE ray_node_gpus_utilization gauge
+ray_node_gpus_utilization{{GpuDeviceName="NVIDIA H200",GpuIndex="0",IsHeadNode="false",RayNodeType="worker",SessionName="s",ip="{ip}"}} 87.0
+ray_node_gpus_utilization{{GpuDeviceName="NVIDIA H200",GpuIndex="1",IsHeadNode="false",RayNodeType="worker",SessionName="s",ip="{ip}"}} 13.0
+# HELP ray_node_gram_used Total GPU RAM usage on a ray node
+# TYPE ray_node_gram_used gauge
+ray_node_gram_used{{GpuDeviceName="NVIDIA H200",GpuIndex="0",IsHeadNode="false",RayNodeType="worker",SessionName="s",ip="{ip}"}} 61440.0
+ray_node_gram_used{{GpuDeviceName="NVIDIA H200",GpuIndex="1",IsHeadNode="false",RayNodeType="worker",SessionName="s",ip="{ip}"}} 1024.0
+# HELP ray_node_gram_available Total GPU RAM available on a ray node
+# TYPE ray_node_gram_available gauge
+ray_node_gram_available{{GpuDeviceName="NVIDIA H200",GpuIndex="0",IsHeadNode="false",RayNodeType="worker",SessionName="s",ip="{ip}"}} 81920.0
+ray_node_gram_available{{GpuDeviceName="NVIDIA H200",GpuIndex="1",IsHeadNode="false",RayNodeType="worker",SessionName="s",ip="{ip}"}} 142336.0
+"""
+
+
+def test_gpu_use_per_node_from_the_heads_real_metrics_plus_a_gpu_node(cluster: Any) -> None:
+    """The embedded head's real exposition, merged with a GPU node's (Ray's names, labels and MiB
+    units, as its reporter agent writes them for two H200s), parses into per-node use."""
+    from rayjobs.client import promscrape
+    from rayjobs.views.nodeuse import gpu_summary, per_node
+
+    from rayjobs.client.dashboard import Dashboard
+
+    texts = promscrape.scrape(Dashboard(cluster).metrics_endpoints())
+    assert texts and all(isinstance(t, str) for t in texts.values()), texts
+    texts["10.0.0.9:8090"] = _GPU_LINES.format(ip="10.0.0.9")
+    texts["10.0.0.8:8090"] = OSError("connection refused")  # a node that did not answer
+    merged = promscrape.merge(texts)
+    assert merged.count("# TYPE ray_node_cpu_utilization gauge") == 1
+    assert 'rayjobs_metrics_target_up{target="10.0.0.8:8090"} 0.0' in merged
+    use = per_node(promscrape.families(merged))
+    assert use["127.0.0.1"]["gpus"] == [] and use["127.0.0.1"]["mem_total"] > 0
+    gpus = use["10.0.0.9"]["gpus"]
+    assert [g["index"] for g in gpus] == [0, 1] and gpus[0]["name"] == "NVIDIA H200"
+    assert gpus[0]["util_percent"] == 87.0 and gpus[0]["mem_used_mib"] == 61440.0 and gpus[0]["mem_total_mib"] == 143360.0
+    assert gpu_summary(use["10.0.0.9"]) == "2 GPUs 50% · 61.0/280.0 GiB"
+    assert gpu_summary(use["127.0.0.1"]) == "-"
+
+
+def test_version_warnings_name_the_mismatch() -> None:
+    from rayjobs.views.clusterview import version_warnings
+
+    mine = {"rayjobs": "0.1.0", "commit": "a" * 40, "verl": "0.9.1", "torch": "2.13.0"}
+    same = {"rayjobs": "0.1.0", "commit": "a" * 12, "verl": "0.9.1", "torch": "2.11.0+cu130"}
+    rows = [{"ip": "10.0.0.1", "versions": same}, {"ip": "10.0.0.2", "versions": dict(same)}]
+    assert version_warnings(mine, rows) == []  # torch may differ from a laptop's; the nodes agree
+    rows[1]["versions"].update(verl="0.8.0", torch="2.9.1")
+    rows[0]["versions"]["commit"] = "b" * 12
+    w = version_warnings(mine, rows)
+    assert any("verl 0.9.1, the cluster 0.8.0, 0.9.1" in x for x in w), w
+    assert any(f"rayjobs commit {'a' * 12}, the cluster {'a' * 12}, {'b' * 12}" in x for x in w), w
+    assert any(x.startswith("the nodes run different torch: 10.0.0.1 2.11.0+cu130, 10.0.0.2 2.9.1") for x in w), w
 
 
 def test_cli_help_is_fast_and_lists_the_cluster_commands() -> None:

@@ -55,11 +55,18 @@ def connect_cmd(name: Optional[str], port: Optional[int], close: bool) -> None:
 @main.command("cluster")
 @click.option("--json", "as_json", is_flag=True, help="Print the view as JSON.")
 def cluster_cmd(as_json: bool) -> None:
-    """Nodes, GPUs used/free and the queue of the current cluster."""
+    """Nodes (GPUs reserved, GPU utilisation and memory, CPU, RAM), versions per node, the queue.
+
+    GPU utilisation and memory come from Ray's Prometheus metrics (through the head's metrics
+    gateway when connected with `rayjobs connect`); a warning on stderr when the client's rayjobs or
+    verl differ from the cluster's.
+    """
     from rayjobs.views import clusterview
 
     v = run_cli(clusterview.view)
     click.echo(json.dumps(v, indent=2) if as_json else clusterview.render(v))
+    for w in v["warnings"]:
+        click.echo(f"rayjobs: warning: {w}", err=True)
 
 
 @main.command("down")

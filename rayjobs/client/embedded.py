@@ -183,6 +183,11 @@ def _head_cmd(ray_bin: str, ports: dict[str, int], temp: Path, num_gpus: Optiona
         f"--ray-client-server-port={ports['client_server']}", f"--temp-dir={temp}",
         "--disable-usage-stats", "--include-dashboard=true",
     ]
+    from rayjobs.shared import stack_versions, version_labels
+
+    labels = version_labels(stack_versions())  # what this head runs, for `rayjobs cluster`
+    if labels:
+        cmd.append("--labels=" + ",".join(f"{k}={v}" for k, v in labels.items()))
     if num_gpus is not None:
         cmd.append(f"--num-gpus={num_gpus}")
     if num_cpus is not None:

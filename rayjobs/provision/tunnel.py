@@ -100,12 +100,14 @@ def connect(name: Optional[str] = None, port: Optional[int] = None, out: Any = N
     local = _free_port(port or REMOTE_DASHBOARD_PORT)
     remote = int(str(state.get("dashboard", "127.0.0.1:8265")).rsplit(":", 1)[-1])
     forward = f"127.0.0.1:{local}:127.0.0.1:{remote}"
+    extra = _extra_forwards(state, taken={local})
     log = cluster_dir(name) / "tunnel.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "w") as err:
         proc = subprocess.Popen(
             _ssh(name, "-N", "-o", "ExitOnForwardFailure=yes", "-o", "ServerAliveInterval=30",
-                 "-o", "ServerAliveCountMax=3", "-L", forward),
+                 "-o", "ServerAliveCountMax=3", "-L", forward,
+                 *[a for f in extra.values() for a in ("-L", f["forward"])]),
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
     url = f"http://127.0.0.1:{local}"
     deadline = time.monotonic() + timeout
@@ -116,7 +118,21 @@ def connect(name: Optional[str] = None, port: Optional[int] = None, out: Any = N
             why = (log.read_text().strip().splitlines() or ["no answer"])[-1]
             raise ClusterError(f"the SSH tunnel to {name} did not come up ({why}); check `ssh {name}`")
         time.sleep(0.2)
-    new = {
+    new = _record(name, url, state, extra, tunnel={"pid": proc.pid, "local_port": local, "forward": forward,
+                                                "ssh_host": name, "forwards": [f["forward"] for f in extra.values()]})
+    path = settings.cluster_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(new, indent=2) + "\n")
+    print(f"rayjobs: connected to {name}: {new['nodes']} node(s) x {new['gpus_per_node']} GPU(s), "
+          f"Jobs API at {url} (ssh pid {proc.pid}); storage {new['storage']}", file=out)
+    print(metrics_help(new), file=out)
+    return new
+
+
+def _record(name: str, url: str, state: dict[str, Any], extra: dict[str, dict[str, Any]],
+            tunnel: dict[str, Any]) -> dict[str, Any]:
+    """The remembered cluster: what the head's readiness record says, and the tunnel's ports."""
+    return {
         "name": name,
         "address": url,
         "storage": state.get("storage"),
@@ -127,15 +143,57 @@ def connect(name: Optional[str] = None, port: Optional[int] = None, out: Any = N
         "ray_version": state.get("ray_version"),
         "verl_version": state.get("verl_version"),
         "secrets": state.get("secrets"),  # names the cluster's jobs get (preflight's secret check)
-        "tunnel": {"pid": proc.pid, "local_port": local, "forward": forward, "ssh_host": name},
+        # Tunnelled head-loopback ports: the metrics gateway (every node's Ray metrics), and the
+        # head's Prometheus / Grafana when someone starts them there (see metrics_help).
+        **{k: f"http://127.0.0.1:{f['local']}" for k, f in extra.items()},
+        "ray_temp_dir": state.get("ray_temp_dir"),
+        "tunnel": tunnel,
         "connected_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
-    path = settings.cluster_file()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(new, indent=2) + "\n")
-    print(f"rayjobs: connected to {name}: {new['nodes']} node(s) x {new['gpus_per_node']} GPU(s), "
-          f"Jobs API at {url} (ssh pid {proc.pid}); storage {new['storage']}", file=out)
-    return new
+
+
+#: Head-loopback ports tunnelled besides the Jobs API: name -> (the ready record's key or a fixed
+#: remote port, the preferred local port). Prometheus and Grafana are the user's to start on the
+#: head (metrics_help says how, with Ray's own configs), bound to its loopback like the rest.
+FORWARDS = {"metrics": ("metrics", 8264), "prometheus": (9090, 9090), "grafana": (3000, 3000)}
+
+
+def _extra_forwards(state: dict[str, Any], taken: set[int]) -> dict[str, dict[str, Any]]:
+    """``{name: {"local": port, "forward": "127.0.0.1:L:127.0.0.1:R"}}`` for :data:`FORWARDS`."""
+    out = {}
+    for name, (remote, preferred) in FORWARDS.items():
+        if isinstance(remote, str):
+            addr = state.get(remote)
+            if not addr:  # an older node script, or the gateway is off (RAYJOBS_METRICS_PORT=0)
+                continue
+            remote = int(str(addr).rsplit(":", 1)[-1])
+        local = _free_port(preferred)
+        while local in taken:
+            local = _free_port(local + 1)
+        taken.add(local)
+        out[name] = {"local": local, "forward": f"127.0.0.1:{local}:127.0.0.1:{remote}"}
+    return out
+
+
+def metrics_help(rec: dict[str, Any]) -> str:
+    """How to see the cluster's metrics from here: the gateway, and Prometheus + Grafana on the
+    head with the configs Ray wrote into its session dir (their ports stay on the head's loopback)."""
+    name, metrics = rec["name"], rec.get("metrics")
+    if not metrics:
+        return (f"rayjobs: {name}'s head serves no metrics gateway (set RAYJOBS_METRICS_PORT, or run "
+                f"`rayjobs up` again with this rayjobs); `rayjobs cluster` shows no GPU use")
+    ray_metrics = f"{rec.get('ray_temp_dir') or '/tmp/ray'}/session_latest/metrics"
+    return "\n".join([
+        f"rayjobs: every node's Ray metrics (GPU utilisation and memory, CPU, RAM, network): {metrics}/metrics "
+        f"(Prometheus text; `rayjobs cluster` shows them per node)",
+        f"rayjobs: Prometheus + Grafana with Ray's own configs and dashboards, on the head's loopback:",
+        f"  ssh {name} 'nohup prometheus --config.file={ray_metrics}/prometheus/prometheus.yml "
+        f"--web.listen-address=127.0.0.1:9090 >/tmp/prometheus.log 2>&1 &'",
+        f"  ssh {name} 'GF_SERVER_HTTP_ADDR=127.0.0.1 nohup grafana server --homepath /usr/share/grafana "
+        f"--config {ray_metrics}/grafana/grafana.ini >/tmp/grafana.log 2>&1 &'",
+        f"  then Prometheus at {rec.get('prometheus')}, Grafana at {rec.get('grafana')} (folder Ray); "
+        f"or scrape {metrics}/metrics from a Prometheus here with honor_labels: true",
+    ])
 
 
 def disconnect() -> bool:

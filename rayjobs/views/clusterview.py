@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from rayjobs import settings
 from rayjobs.errors import ClusterUnreachable
+from rayjobs.shared import labels_versions
 from rayjobs.views.jobfields import status_of
 
 if TYPE_CHECKING:
@@ -32,8 +33,10 @@ def view(d: Optional["Dashboard"] = None) -> dict[str, Any]:
         gpu_used, gpu_total = (use.get("GPU") or [0.0, total.get("GPU", 0.0)])[:2]
         cpu_used, cpu_total = (use.get("CPU") or [0.0, total.get("CPU", 0.0)])[:2]
         rows.append({"ip": n.get("node_ip"), "head": bool(n.get("is_head_node")), "node_id": n["node_id"],
-                     "gpus": gpu_total, "gpus_used": gpu_used, "cpus": cpu_total, "cpus_used": cpu_used})
+                     "gpus": gpu_total, "gpus_used": gpu_used, "cpus": cpu_total, "cpus_used": cpu_used,
+                     "versions": labels_versions(n.get("labels") or {})})
     rows.sort(key=lambda r: (not r["head"], str(r["ip"])))
+    metrics = _use(d, rows)
     view = queuestatus.QueueView.read(d)
     counts: dict[str, int] = {}
     in_ray = set()
@@ -59,20 +62,91 @@ def view(d: Optional["Dashboard"] = None) -> dict[str, Any]:
         "gpus_free": sum(r["gpus"] - r["gpus_used"] for r in rows),
         "jobs": counts,
         "queue": queued,
+        "metrics": metrics,
+        "client_versions": (mine := _client_versions()),
+        "warnings": version_warnings(mine, rows),
     }
 
 
+def _use(d: "Dashboard", rows: list[dict[str, Any]]) -> str:
+    """Put each node's GPU/CPU/RAM use from Ray's metrics into its row (``use``); say where from."""
+    from rayjobs.client import promscrape
+    from rayjobs.views.nodeuse import per_node
+
+    gateway = settings.remembered_cluster().get("metrics") if d.target.source.startswith("cluster") else None
+    fams, source = promscrape.read_cluster(d, gateway)
+    use = per_node(fams)
+    for r in rows:
+        r["use"] = use.get(str(r["ip"]))
+    return source
+
+
+def _client_versions() -> dict[str, Optional[str]]:
+    from rayjobs.shared import stack_versions
+
+    return stack_versions()
+
+
+#: What must match between the client and the cluster (the client composes and checks configs
+#: against its verl; the cluster's rayjobs runs the queue and the runner).
+MATCH = ("rayjobs", "commit", "verl")
+
+
+def version_warnings(mine: dict[str, Optional[str]], rows: list[dict[str, Any]]) -> list[str]:
+    """One line per mismatch: the client vs the nodes (:data:`MATCH`), and nodes among themselves."""
+    out = []
+    for key in MATCH:
+        theirs = {str(r["versions"][key]) for r in rows if r["versions"].get(key)}
+        ours = (mine.get(key) or "")[:12] if key == "commit" else mine.get(key)
+        if ours and theirs and theirs != {ours}:
+            what = "rayjobs commit" if key == "commit" else key
+            out.append(f"this client runs {what} {ours}, the cluster {', '.join(sorted(theirs))}: "
+                       + ("configs are composed and checked against the client's verl"
+                          if key == "verl" else "the queue and the job runner are the cluster's")
+                       + " (rebuild the image from this commit, or use the cluster's version here)")
+    for key in sorted({k for r in rows for k in r["versions"]} - set(MATCH)):
+        seen = {str(r["versions"].get(key)) for r in rows}
+        if len(seen) > 1:
+            out.append(f"the nodes run different {key}: " + ", ".join(
+                f"{r['ip']} {r['versions'].get(key) or 'none'}" for r in rows))
+    return out
+
+
 def render(v: dict[str, Any]) -> str:
-    """The human view of :func:`view`."""
+    """The human view of :func:`view` (its warnings are the caller's to print, on stderr)."""
+    from rayjobs.views.nodeuse import gpu_summary
+
     lines = [f"cluster {v['name']} at {v['address']}: {len(v['nodes'])} node(s), "
              f"GPUs {v['gpus_used']:g} used / {v['gpus_free']:g} free / {v['gpus']:g} total"]
-    lines.append(f"  {'NODE':<18}{'ROLE':<8}{'GPU used/total':>16}{'CPU used/total':>16}")
+    lines.append(f"  {'NODE':<18}{'ROLE':<8}{'GPU used/total':>16}{'CPU used/total':>16}   "
+                 f"{'GPU util · memory':<28}{'CPU':>5}{'RAM used/total':>18}")
     for r in v["nodes"]:
+        use = r.get("use") or {}
+        cpu = f"{use['cpu_percent']:.0f}%" if use.get("cpu_percent") is not None else "-"
+        ram = (f"{use['mem_used'] / 2**30:.1f}/{use['mem_total'] / 2**30:.1f} GiB"
+               if use.get("mem_used") is not None and use.get("mem_total") else "-")
         lines.append(f"  {str(r['ip']):<18}{'head' if r['head'] else 'worker':<8}"
-                     f"{r['gpus_used']:>9g}/{r['gpus']:<6g}{r['cpus_used']:>9g}/{r['cpus']:<6g}")
+                     f"{r['gpus_used']:>9g}/{r['gpus']:<6g}{r['cpus_used']:>9g}/{r['cpus']:<6g}   "
+                     f"{gpu_summary(use) if use else '-':<28}{cpu:>5}{ram:>18}")
+    lines.extend(_version_lines(v["nodes"]))
+    lines.append(f"metrics: {v.get('metrics')}")
     order = ["RUNNING", "QUEUED", "PENDING", "SUCCEEDED", "FAILED", "STOPPED"]
     jobs = ", ".join(f"{v['jobs'][s]} {s}" for s in order if v["jobs"].get(s)) or "none"
     lines.append(f"jobs: {jobs}")
     for q in v["queue"]:
         lines.append(f"  queued #{q['queue_position']}: {q['id']}")
     return "\n".join(lines)
+
+
+def _versions_text(ver: dict[str, str]) -> str:
+    order = ["rayjobs", "ray", "verl", "vllm", "torch", "flash-attn"]
+    parts = [f"{k} {ver[k]}" + (f" ({ver['commit']})" if k == "rayjobs" and ver.get("commit") else "")
+             for k in order if ver.get(k)]
+    return ", ".join(parts) or "not reported (a node rayjobs did not start)"
+
+
+def _version_lines(nodes: list[dict[str, Any]]) -> list[str]:
+    texts = [_versions_text(r.get("versions") or {}) for r in nodes]
+    if len(set(texts)) <= 1:
+        return [f"versions: {texts[0] if texts else '-'}" + (" (every node)" if len(texts) > 1 else "")]
+    return ["versions:"] + [f"  {r['ip']}: {t}" for r, t in zip(nodes, texts)]

@@ -53,7 +53,7 @@ if [ "$PHASE" = start ]; then
     env RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 SKYPILOT_NODE_RANK=$1 SKYPILOT_NODE_IPS="$IPS" SKYPILOT_NUM_NODES=$NODES \
         SKYPILOT_NUM_GPUS_PER_NODE=1 CUDA_VISIBLE_DEVICES=$2 RAY_AUTH_TOKEN=$TOKEN \
         RAYJOBS_NODE_DIR=$ND/node$1 RAYJOBS_AGENT_PORT=$(( 52366 + $1 )) RAYJOBS_JOIN_TIMEOUT=180 \
-        RAYJOBS_RAY_TEMP_DIR=/tmp/rn$1 \
+        RAYJOBS_RAY_TEMP_DIR=/tmp/rn$1 RAYJOBS_METRICS_EXPORT_PORT=$(( 8090 + $1 )) \
         python3 bootstrap/ray_node.py
   }
   # Each node its own Ray temp dir (RAYJOBS_RAY_TEMP_DIR), as on separate machines: sharing one,

@@ -1,0 +1,131 @@
+"""Prometheus text from Ray's nodes: fetch several endpoints at once, parse, merge into one.
+
+Ray's dashboard agent exports each node's metrics (GPU utilisation and memory, CPU, RAM, network,
+Ray's own) on that node's ``metrics_export_port``; the dashboard lists those endpoints for
+Prometheus' HTTP service discovery (``/api/prometheus/sd``). Two users here:
+
+* the head's metrics gateway (:mod:`rayjobs.oncluster.metricsgateway`) merges every node's text
+  into one exposition on the head's loopback, which ``rayjobs connect`` tunnels;
+* ``rayjobs cluster`` reads per-node use from the gateway, or from the endpoints themselves where
+  the laptop reaches them (the embedded head: all on 127.0.0.1).
+
+Parsing and writing use ``prometheus_client`` (a dependency of ``ray[default]``), imported lazily.
+Every fetch is bounded (``timeout`` per endpoint, all in parallel).
+"""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Iterable, Optional
+
+#: Ray's service-discovery document: ``[{"labels": {...}, "targets": ["10.0.0.1:8090", ...]}]``.
+SD_PATH = "/api/prometheus/sd"
+#: Per-endpoint health in a merged exposition: 1 = scraped, 0 = not (its ``target`` label says which).
+UP_METRIC = "rayjobs_metrics_target_up"
+
+
+def targets(sd: Any) -> list[str]:
+    """``host:port`` of every endpoint in a service-discovery document, in order, once each."""
+    out: list[str] = []
+    for group in sd if isinstance(sd, list) else []:
+        for t in (group or {}).get("targets") or []:
+            if isinstance(t, str) and t and t not in out:
+                out.append(t)
+    return out
+
+
+def fetch(url: str, timeout: float = 3.0, headers: Optional[dict[str, str]] = None) -> str:
+    """GET ``url`` as text (one request, bounded). Raises OSError (URLError, timeouts) on failure."""
+    req = urllib.request.Request(url, headers=headers or {})
+    with urllib.request.urlopen(req, timeout=timeout) as r:  # noqa: S310 (http to cluster addresses)
+        return r.read().decode("utf-8", "replace")
+
+
+def scrape(endpoints: Iterable[str], timeout: float = 3.0) -> dict[str, Any]:
+    """``{endpoint: text}`` for each ``host:port`` that answered, ``{endpoint: OSError}`` otherwise.
+
+    All at once (at most 32 in flight), each bounded by ``timeout``: one dead node costs one
+    timeout, not one per node.
+    """
+    eps = list(dict.fromkeys(endpoints))
+    if not eps:
+        return {}
+
+    def one(ep: str) -> Any:
+        url = ep if "://" in ep else f"http://{ep}/metrics"
+        try:
+            return fetch(url, timeout)
+        except (OSError, ValueError) as e:  # URLError, timeouts, resets, a bad URL
+            return e
+
+    with ThreadPoolExecutor(max_workers=min(32, len(eps))) as pool:
+        return dict(zip(eps, pool.map(one, eps)))
+
+
+def families(text: str) -> list[Any]:
+    """The metric families of one exposition (``prometheus_client`` Metric objects)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return list(text_string_to_metric_families(text))
+
+
+def merge(texts: dict[str, Any]) -> str:
+    """One exposition holding every family of ``texts`` once, samples of all endpoints together.
+
+    Plain concatenation is not valid Prometheus text (a family's ``# TYPE`` line may appear only
+    once); Ray's samples already carry the node's ``ip``, so nothing is relabelled. An endpoint that
+    could not be read, or sent text that does not parse, shows as ``rayjobs_metrics_target_up 0``.
+    """
+    from prometheus_client.core import GaugeMetricFamily, Metric
+    from prometheus_client.exposition import generate_latest
+
+    merged: dict[str, Metric] = {}
+    up = GaugeMetricFamily(UP_METRIC, "1 if rayjobs' gateway read this Ray metrics endpoint", labels=["target"])
+    for ep, text in texts.items():
+        ok = isinstance(text, str)
+        if ok:
+            try:
+                fams = families(text)
+            except ValueError:  # a half-written or foreign answer
+                fams, ok = [], False
+            for fam in fams:
+                have = merged.setdefault(fam.name, fam)
+                if have is not fam and have.type == fam.type:  # (a clash of types: the first wins)
+                    have.samples.extend(fam.samples)
+        up.add_metric([ep], 1.0 if ok else 0.0)
+
+    class _Merged:  # a collector of already-built families, for prometheus_client's writer
+        def collect(self) -> Iterable[Metric]:
+            yield from merged.values()
+            yield up
+
+    return generate_latest(_Merged()).decode()  # type: ignore[arg-type]
+
+
+def read_cluster(d: Any, gateway: Optional[str] = None, timeout: float = 3.0) -> tuple[list[Any], str]:
+    """The parsed metric families of every node of ``d``'s cluster, and where they came from.
+
+    ``d`` is a :class:`rayjobs.client.dashboard.Dashboard` (not imported: it imports this module).
+
+    ``gateway`` (the tunnelled head gateway's URL, from ``rayjobs connect``) is asked first; else
+    the endpoints the dashboard lists are scraped directly (the embedded head: all on 127.0.0.1;
+    a cluster whose nodes this machine reaches). Never raises: ``([], why)`` when nothing answered.
+    """
+    if gateway:
+        try:
+            return families(fetch(gateway.rstrip("/") + "/metrics", timeout)), f"gateway {gateway}"
+        except (OSError, ValueError) as e:
+            why = f"the metrics gateway at {gateway} did not answer ({e.__class__.__name__}); `rayjobs connect` again"
+            return [], why
+    try:
+        eps = d.metrics_endpoints()
+    except Exception as e:  # noqa: BLE001  (DashboardDown, an older Ray without the endpoint)
+        return [], f"the dashboard lists no metrics endpoints ({e.__class__.__name__})"
+    texts = scrape(eps, timeout)
+    fams = [f for t in texts.values() if isinstance(t, str) for f in families(t)]
+    reached = sum(isinstance(t, str) for t in texts.values())
+    if not reached:
+        return [], f"none of the {len(eps)} metrics endpoint(s) answered from here (`rayjobs connect` tunnels them)"
+    return fams, f"{reached} of {len(eps)} endpoint(s) scraped directly"
