@@ -594,7 +594,8 @@ def settings_notes() -> list[str]:
     notes = [f"settings files: {', '.join(s.files) if s.files else 'none'} "
              f"(looked for ./rayjobs.yaml up to the git root, and {user})"]
     rec = settings.remembered_cluster()
-    if rec.get("storage") and s.storage and s.storage != rec["storage"] and s.source("storage") not in (DEFAULT, REMEMBERED):
+    set_here = s.source("storage") not in (DEFAULT, REMEMBERED)
+    if rec.get("storage") and s.storage and s.storage != rec["storage"] and set_here:
         notes.append(f"storage {s.storage} ({s.source('storage')}) is not the connected cluster {rec.get('name')}'s "
                      f"storage root {rec['storage']}: jobs there would write outside its shared mount")
     return notes

@@ -114,18 +114,13 @@ def _leaves(cls: Any, prefix: str = "") -> list[tuple[str, Any]]:
     return out
 
 
-#: Every settings key (dotted) -> its dataclass field (type, default, help).
+#: Every settings key (dotted) -> its dataclass field (type, default, and what it is for in ``metadata['help']``).
 KEYS: dict[str, Any] = dict(_leaves(Settings))
 
 
 def env_var(key: str) -> str:
     """``cluster.name`` -> ``RAYJOBS_CLUSTER_NAME`` (``storage`` -> ``RAYJOBS_STORAGE``)."""
     return ENV_PREFIX + key.upper().replace(".", "_")
-
-
-def help_text(key: str) -> str:
-    """What ``key`` is for, in one line."""
-    return str(KEYS[key].metadata.get("help", ""))
 
 
 # --------------------------------------------------------------------------- values

@@ -4,10 +4,11 @@
   num_nodes, image, disk_size, ...; validated by SkyPilot's own schema; those not on the command line
   come from the settings' ``cluster.*`` and ``storage``, see :func:`up_params`), launches it with a
   Ray auth token (kept in ``$RAYJOBS_HOME/clusters/<name>/auth_token``, 0600) and the local values
-  of the settings' ``secrets`` (names; default WANDB_API_KEY, HF_TOKEN) as SkyPilot secrets, follows the bootstrap job until the head says the cluster is
-  complete (the job fails, naming the missing ranks, otherwise), starts the autostop sentinel and
-  connects. Re-running it on a live cluster changes nothing there (the node script is idempotent)
-  and brings back nodes that lost their Ray.
+  of the settings' ``secrets`` (names; default WANDB_API_KEY, HF_TOKEN) as SkyPilot secrets,
+  follows the bootstrap job until the head says the cluster is complete (the job fails, naming the
+  missing ranks, otherwise), starts the autostop sentinel and connects. Re-running it on a live
+  cluster changes nothing there (the node script is idempotent) and brings back nodes that lost
+  their Ray.
 * ``connect`` (:mod:`rayjobs.provision.tunnel`) opens the SSH tunnel to the head's Jobs API and remembers
   the cluster; ``cluster`` (:mod:`rayjobs.views.clusterview`) shows nodes, GPUs used/free and the queue.
 * ``down`` closes the tunnel and tears the cluster down with SkyPilot.
@@ -61,7 +62,7 @@ def up_params(given: dict[str, str], s: Settings) -> tuple[dict[str, str], dict[
     """The parameters of ``rayjobs up``: the command line's (``given``), then the settings'. Pure.
 
     A settings value that is empty leaves ``bootstrap/cluster.yaml``'s. A ``bucket=`` or ``volume=``
-    on the command line takes both from the settings (they are one choice: where the storage root
+    on the command line leaves both settings unused (they are one choice: where the storage root
     lives). ``storage`` comes only from a settings file or ``RAYJOBS_STORAGE``: the remembered
     cluster's root describes a cluster, and the built-in one is this machine's.
 
