@@ -36,8 +36,9 @@ Rank-aware, idempotent, no fixed sleeps:
 Inputs: SKYPILOT_NODE_RANK, SKYPILOT_NODE_IPS (newline-separated), SKYPILOT_NUM_NODES,
 SKYPILOT_NUM_GPUS_PER_NODE; knobs RAYJOBS_NODE_DIR (~/.rayjobs/node), RAYJOBS_JOIN_TIMEOUT (900),
 RAYJOBS_RAY_PORT, RAYJOBS_DASHBOARD_PORT, RAYJOBS_AGENT_PORT (52366), RAYJOBS_CLIENT_PORT (none),
-RAYJOBS_STORAGE (the shared root, recorded and passed to jobs), RAYJOBS_RAY_TEMP_DIR (several nodes
-on one host only), RAYJOBS_METRICS_EXPORT_PORT (8090: each node's Ray metrics; 0 = Ray picks),
+RAYJOBS_STORAGE (the shared root, recorded and passed to jobs), RAYJOBS_SECRETS (the secret names
+`rayjobs up` forwarded, comma-separated), RAYJOBS_RAY_TEMP_DIR (several nodes on one host only),
+RAYJOBS_METRICS_EXPORT_PORT (8090: each node's Ray metrics; 0 = Ray picks),
 RAYJOBS_METRICS_PORT (8264: the head's loopback metrics gateway; 0 = none), RAYJOBS_COMMIT (the
 rayjobs commit, shown per node). Exit 0 = this node is in the cluster
 (and, on rank 0, the cluster is complete); 1 = it is not (one line on stderr says why).
@@ -180,7 +181,7 @@ def prepare_env(cfg: Config) -> None:
         os.environ["RAYJOBS_DASHBOARD"] = f"http://127.0.0.1:{cfg.dashboard_port}"
     # Entrypoints run with the PATH of `ray start`: this interpreter's python3 comes first.
     os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
-    log(f"secrets for the Ray processes: {', '.join(v for v in ('WANDB_API_KEY', 'HF_TOKEN') if os.environ.get(v)) or 'none'}")
+    log(f"secrets for the Ray processes: {', '.join(v for v in _forwarded() if os.environ.get(v)) or 'none'}")
 
 
 # --------------------------------------------------------------------------- probes
@@ -745,13 +746,21 @@ def _version(dist: str) -> Optional[str]:
         return None
 
 
+def _forwarded() -> list[str]:
+    """The secret names `rayjobs up` forwarded (the settings' `secrets`, in RAYJOBS_SECRETS); a task
+    launched by hand has none there: the two the task file lists."""
+    return [n.strip() for n in os.environ.get("RAYJOBS_SECRETS", "WANDB_API_KEY,HF_TOKEN").split(",") if n.strip()]
+
+
 def _secret_names() -> list[str]:
-    """The secret names this script hands to Ray's processes (and so to every job), never values."""
+    """The secret names this script hands to Ray's processes (and so to every job), never values:
+    the secret-looking ones and the forwarded ones that are set."""
+    own = {n for n in _forwarded() if os.environ.get(n)}
     try:
         from rayjobs.shared import secret_names
     except ImportError:
-        return []
-    return secret_names(dict(os.environ))
+        return sorted(own)
+    return sorted(own | set(secret_names(dict(os.environ))))
 
 
 def write_ready(cfg: Config, nodes: list[dict[str, Any]], metrics: Optional[str] = None) -> None:

@@ -1,8 +1,13 @@
-"""Where rayjobs keeps its state and which cluster it talks to.
+"""Where rayjobs keeps its state, which cluster it talks to, and the effective settings.
+
+Settings (storage root, cluster, secrets' names, W&B): :func:`current`, by the one precedence of
+:mod:`rayjobs.settingsources` -- command line > ``RAYJOBS_*`` variables > ``./rayjobs.yaml`` >
+``$RAYJOBS_HOME/settings.yaml`` > the remembered cluster > built-in defaults.
 
 Address precedence (design §3): ``--address``/``rayjobs.address`` > ``RAY_API_SERVER_ADDRESS`` >
 ``RAY_ADDRESS`` > the cluster remembered by ``rayjobs up``/``rayjobs connect`` > the embedded
-local head (started on first use).
+local head (started on first use). The address is not a settings-file key: through a tunnel it is
+a local port ``connect`` picks, and a fixed cluster's address goes with its token (environment).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from rayjobs.errors import ConfigError
+from rayjobs.settingsources import Settings, resolve
 
 #: Environment variable that relocates all local state (ledger, embedded head, remembered cluster).
 HOME_ENV = "RAYJOBS_HOME"
@@ -41,6 +47,23 @@ def remembered_cluster() -> dict[str, Any]:
         return json.loads(cluster_file().read_text())
     except (OSError, ValueError):
         return {}
+
+
+def current() -> Settings:
+    """The effective settings: ``RAYJOBS_*`` variables > ``./rayjobs.yaml`` (up to the git root) >
+    ``$RAYJOBS_HOME/settings.yaml`` > the remembered cluster > built-in defaults.
+
+    The command line comes on top, in the command that takes it (``rayjobs.storage=``,
+    ``rayjobs up key=value``, ...). Cheap: a few ``stat`` calls; a file is parsed once per version.
+
+    Returns:
+        The typed settings, each value with its source (``Settings.source(key)``).
+
+    Raises:
+        ConfigError: a settings file or variable is wrong (unknown key, wrong type, YAML syntax, a
+            secret's value): one line naming the file or variable and the key.
+    """
+    return resolve(Path.cwd(), os.environ, home(), remembered_cluster())
 
 
 @dataclass(frozen=True)
@@ -101,11 +124,12 @@ def normalize_address(address: str) -> str:
 def storage_root(configured: Optional[str] = None) -> Path:
     """The absolute storage root for checkpoints, metrics and data on the cluster.
 
-    ``rayjobs.storage`` > ``$RAYJOBS_STORAGE`` > the remembered cluster's shared root > the
-    embedded default ``$RAYJOBS_HOME/storage``. A relative path is an error: verl would resolve
-    it against the job's temporary working dir (design §5).
+    ``rayjobs.storage`` (``configured``) > the settings' ``storage`` (``$RAYJOBS_STORAGE`` >
+    ``./rayjobs.yaml`` > ``$RAYJOBS_HOME/settings.yaml`` > the remembered cluster's shared root) >
+    the embedded default ``$RAYJOBS_HOME/storage``. A relative path is an error: verl would
+    resolve it against the job's temporary working dir (design §5).
     """
-    value = configured or os.environ.get(STORAGE_ENV) or remembered_cluster().get("storage")
+    value = configured or current().storage
     if not value:
         return home() / "storage"
     path = Path(str(value)).expanduser()

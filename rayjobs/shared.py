@@ -33,9 +33,16 @@ HEAD_ENV = {
 SECRET_PATTERN = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.I)
 
 
+#: The names (comma-separated) of the secrets `rayjobs up` forwarded, for the node script: the
+#: settings' ``secrets`` key as a variable. A list of names, not a secret, though its name looks like one.
+SECRETS_ENV = "RAYJOBS_SECRETS"
+
+
 def secret_names(environ: dict[str, str]) -> list[str]:
-    """The secret-looking names of ``environ`` that jobs can use (Ray's own auth token left out)."""
-    return sorted(k for k, v in environ.items() if v and SECRET_PATTERN.search(k) and not k.startswith("RAY_"))
+    """The secret-looking names of ``environ`` that jobs can use (Ray's own auth token and the list
+    of forwarded names left out)."""
+    return sorted(k for k, v in environ.items()
+                  if v and SECRET_PATTERN.search(k) and not k.startswith("RAY_") and k != SECRETS_ENV)
 
 
 def cluster_storage_root() -> str:

@@ -2,7 +2,7 @@
 
 * The pytest process enters a fresh network namespace (only ``lo``) before any test runs.
 * ``RAYJOBS_HOME`` and ``HOME`` point into a short temp dir, so the ledger, the embedded head's
-  state and Ray's ``~/.ray`` never touch the developer's own (and a stray ``~/.ray/auth_token``
+  state, the user's settings file and Ray's ``~/.ray`` never touch the developer's own (and a stray ``~/.ray/auth_token``
   cannot switch auth on behind our back).
 * The session head is rayjobs' own embedded head, started by :func:`rayjobs.client.embedded.start` and
   stopped by PID; every ``python -m rayjobs.submit`` without an address reuses it.
@@ -35,7 +35,10 @@ def pytest_configure(config: Any) -> None:
     os.environ["RAYJOBS_HOME"] = str(_ROOT / "rj")
     os.environ["HOME"] = str(_ROOT / "home")
     (_ROOT / "home").mkdir(exist_ok=True)
-    for var in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_MODE", "RAYJOBS_STORAGE"):
+    from rayjobs.settingsources import KEYS, env_var
+
+    # The developer's own settings variables (RAYJOBS_STORAGE, RAYJOBS_WANDB_PROJECT, ...) stay out.
+    for var in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_MODE", *map(env_var, KEYS)):
         os.environ.pop(var, None)
     if netns.can_use():
         netns.create(NS)

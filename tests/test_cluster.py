@@ -128,7 +128,10 @@ def test_up_launches_with_token_and_secrets_then_sentinel_then_connects(
     assert token.stat().st_mode & 0o777 == 0o600
     assert _plain(task.secrets) == {"RAY_AUTH_TOKEN": token.read_text(), "WANDB_API_KEY": "wb-secret"}
     assert task.num_nodes == 3 and task.workdir == str(REPO)
-    assert "WANDB_API_KEY" not in json.dumps(task.envs)  # a secret, not an env (SkyPilot redacts secrets)
+    assert "wb-secret" not in json.dumps(task.envs)  # a secret, not an env (SkyPilot redacts secrets)
+    assert task.envs["RAYJOBS_SECRETS"] == "WANDB_API_KEY,HF_TOKEN"  # the names, for the node script's log
+    assert "secrets for the cluster (names from default): WANDB_API_KEY; not set in this shell, not forwarded: HF_TOKEN" \
+        in out.getvalue()
     assert fake.calls[2][1].envs["RAYJOBS_IDLE_MINUTES"] == "7" and "sentinel.py" in fake.calls[2][1].run
     assert "cluster ready" in out.getvalue()
     # Again: the same token (a new one would lock the running Ray out).

@@ -13,19 +13,19 @@ from rayjobs.errors import run_cli
 
 @main.command("up", context_settings={"ignore_unknown_options": True})
 @click.argument("params", nargs=-1, metavar="[KEY=VALUE]...")
-@click.option("-c", "--name", default=None, help="SkyPilot cluster name (default: rayjobs).")
+@click.option("-c", "--name", default=None, help="SkyPilot cluster name (default: the settings' cluster.name).")
 def up_cmd(params: tuple[str, ...], name: Optional[str]) -> None:
     """Launch (or re-bootstrap) the Ray cluster and connect to it; returns when it is ready.
 
     KEY=VALUE: infra=k8s accelerators=H100:1 num_nodes=2 idle_minutes=30 image=... disk_size=256
     memory=128+ use_spot=false autodown=... bucket=... volume=... storage=/mnt/rayjobs join_timeout=900.
-    Defaults come from bootstrap/cluster.yaml. Running it again on a live cluster changes nothing
-    there and brings back nodes that lost their Ray.
+    Defaults: the settings (`rayjobs config`: cluster.*, storage), then bootstrap/cluster.yaml.
+    Running it again on a live cluster changes nothing there and brings back nodes that lost their Ray.
     """
     from rayjobs.provision import skypilot
 
     def go() -> dict:
-        return skypilot.up(name or skypilot.DEFAULT_NAME, skypilot.parse_params(list(params)))
+        return skypilot.up(skypilot.cluster_name(name), skypilot.parse_params(list(params)))
 
     run_cli(go)
 
@@ -37,16 +37,18 @@ def up_cmd(params: tuple[str, ...], name: Optional[str]) -> None:
 def connect_cmd(name: Optional[str], port: Optional[int], close: bool) -> None:
     """Open (or reuse) an SSH tunnel to the cluster's Jobs API and remember the cluster.
 
-    Uses SkyPilot's SSH config entry for NAME (default: the remembered cluster, else `rayjobs`);
-    later commands then need no address. Prints the local dashboard URL on stdout.
+    Uses SkyPilot's SSH config entry for NAME (default: the settings' cluster.name, else the
+    remembered cluster, else `rayjobs`); later commands then need no address. Prints the local
+    dashboard URL on stdout.
     """
     from rayjobs.provision import tunnel
+    from rayjobs.provision.clusterdir import cluster_name
 
     if close:
         closed = tunnel.disconnect()
         click.echo("rayjobs: tunnel closed" if closed else "rayjobs: no open tunnel", err=True)
         return
-    rec = run_cli(lambda: tunnel.connect(name, port=port))
+    rec = run_cli(lambda: tunnel.connect(cluster_name(name), port=port))
     click.echo(rec["address"])
 
 
@@ -77,10 +79,9 @@ def down_cmd(name: Optional[str], yes: bool) -> None:
     First every ended job of the connected cluster is kept in the local record (final state, log
     tail, metrics), so `rayjobs list`, `status` and `plot` still show them afterwards.
     """
-    from rayjobs import settings
     from rayjobs.provision import skypilot
 
-    name = name or settings.remembered_cluster().get("name") or skypilot.DEFAULT_NAME
+    name = run_cli(lambda: skypilot.cluster_name(name))
     if not yes:
         click.confirm(f"Tear down the SkyPilot cluster {name!r}? Running jobs are lost", abort=True, err=True)
     _keep_history(name)

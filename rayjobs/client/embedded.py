@@ -39,6 +39,7 @@ from rayjobs.client import headprocs
 from rayjobs.client.dashboard import Dashboard
 from rayjobs.shared import HEAD_ENV
 from rayjobs.errors import ClusterUnreachable, RayjobsError
+from rayjobs.settingsources import REMEMBERED
 
 #: Environment variable: how long ``start`` waits for a new head to accept jobs (default 60 s).
 START_TIMEOUT_ENV = "RAYJOBS_LOCAL_START_TIMEOUT_S"
@@ -156,6 +157,12 @@ def _head_env() -> dict[str, str]:
     # Entrypoints run with the PATH of `ray start`: make this interpreter's python3 the first one.
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     env.pop("RAY_ADDRESS", None)
+    # The queue on this head keeps its backlog under the storage root: the settings' one (a settings
+    # file's too, not only RAYJOBS_STORAGE), so jobs and queue share one root. Not the remembered
+    # cluster's: that is a remote cluster's path.
+    s = settings.current()
+    if s.storage and s.source("storage") != REMEMBERED:
+        env[settings.STORAGE_ENV] = s.storage
     return env
 
 

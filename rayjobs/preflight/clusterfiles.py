@@ -57,7 +57,7 @@ def runtime_problems(cfg: Any, env_names: Optional[set[str]], working_dir: str, 
                                        "point it at the directory that holds config.json and the tokenizer"))
     out += _reward(cfg, working_dir, data_ok, files_visible)
     if env_names is not None:
-        out += secret_problems(cfg, env_names)
+        out += secret_problems(cfg, env_names, embedded=files_visible)
     return out
 
 

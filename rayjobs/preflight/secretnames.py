@@ -17,7 +17,9 @@ from rayjobs.preflight.problem import Problem
 from rayjobs.preflight.verlfacts import LOGGER_SECRETS
 
 
-def secret_problems(cfg: Any, env_names: set[str]) -> list[Problem]:
+def secret_problems(cfg: Any, env_names: set[str], embedded: bool = False) -> list[Problem]:
+    """The loggers' secrets missing from ``env_names`` (the cluster's environment, names only), each a
+    Problem whose fix says how the secret gets there (``embedded``: the local head's own way)."""
     out = []
     env = {str(k): str(v) for k, v in (get_key(cfg, "rayjobs.env") or {}).items()}
     for name in as_list(get_key(cfg, "trainer.logger")):
@@ -28,9 +30,23 @@ def secret_problems(cfg: Any, env_names: set[str]) -> list[Problem]:
             out.append(Problem("trainer.logger", get_key(cfg, "trainer.logger"),
                                f"{name} needs {secret} in the cluster's environment and the cluster has none (verl fails "
                                f"at {name}.init, after the GPUs are up)",
-                               f"put {secret} into the cluster's environment (bootstrap secrets), or drop {name}: "
-                               f"trainer.logger=[console]"))
+                               f"{how_to_forward(secret, embedded)}, or drop {name}: trainer.logger=[console]"))
     return out
+
+
+def how_to_forward(secret: str, embedded: bool = False) -> str:
+    """How ``secret`` gets into the cluster's environment; for ``rayjobs up``, by the settings' ``secrets``."""
+    if embedded:
+        return (f"export {secret} in the shell that starts the embedded head (it inherits that environment): "
+                f"rayjobs local stop, then submit again")
+    from rayjobs import settings
+
+    s = settings.current()
+    if secret in s.secrets:
+        return (f"export {secret} in your shell and re-run `rayjobs up` (it forwards the settings' secrets: "
+                f"{', '.join(s.secrets)}), or put it in the cluster's environment (bootstrap secrets)")
+    return (f"add {secret} to 'secrets:' in rayjobs.yaml or ~/.rayjobs/settings.yaml (now {s.source('secrets')}: "
+            f"{', '.join(s.secrets) or 'none'}), export it and re-run `rayjobs up`")
 
 
 def cluster_env_names(embedded_cluster: bool) -> Optional[set[str]]:

@@ -10,14 +10,28 @@ from typing import Optional
 
 from rayjobs import settings
 from rayjobs.errors import RayjobsError
+from rayjobs.settingsources import ClusterSettings
 
-DEFAULT_NAME = "rayjobs"
+#: The built-in cluster name (the settings' ``cluster.name`` default); :func:`cluster_name` applies
+#: the settings on top.
+DEFAULT_NAME: str = ClusterSettings().name
 #: The head's dashboard port (Jobs API), on its loopback only; SkyPilot's own Ray uses 8266.
 REMOTE_DASHBOARD_PORT = 8265
 
 
 class ClusterError(RayjobsError):
     """Provisioning, bootstrap or tunnel failure (one line: what failed and what to run)."""
+
+
+def cluster_name(given: Optional[str] = None) -> str:
+    """The SkyPilot cluster a command means: ``given`` (``-c NAME``, ``connect NAME``) > the settings'
+    ``cluster.name`` (``RAYJOBS_CLUSTER_NAME`` > ``./rayjobs.yaml`` > ``$RAYJOBS_HOME/settings.yaml`` >
+    the remembered cluster > ``rayjobs``).
+
+    Raises:
+        ConfigError: a settings file or variable is wrong (one line).
+    """
+    return given or settings.current().cluster.name
 
 
 def cluster_dir(name: str) -> Path:

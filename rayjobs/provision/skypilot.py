@@ -1,12 +1,14 @@
 """The provision plane: ``rayjobs up`` / ``connect`` / ``cluster`` / ``down``.
 
 * ``up`` builds the SkyPilot task from ``bootstrap/cluster.yaml`` (parameters: infra, accelerators,
-  num_nodes, image, disk_size, ...; validated by SkyPilot's own schema), launches it with a Ray auth
-  token (kept in ``$RAYJOBS_HOME/clusters/<name>/auth_token``, 0600) and the local WANDB_API_KEY /
-  HF_TOKEN as SkyPilot secrets, follows the bootstrap job until the head says the cluster is
-  complete (the job fails, naming the missing ranks, otherwise), starts the autostop sentinel and
-  connects. Re-running it on a live cluster changes nothing there (the node script is idempotent)
-  and brings back nodes that lost their Ray.
+  num_nodes, image, disk_size, ...; validated by SkyPilot's own schema; those not on the command line
+  come from the settings' ``cluster.*`` and ``storage``, see :func:`up_params`), launches it with a
+  Ray auth token (kept in ``$RAYJOBS_HOME/clusters/<name>/auth_token``, 0600) and the local values
+  of the settings' ``secrets`` (names; default WANDB_API_KEY, HF_TOKEN) as SkyPilot secrets,
+  follows the bootstrap job until the head says the cluster is complete (the job fails, naming the
+  missing ranks, otherwise), starts the autostop sentinel and connects. Re-running it on a live
+  cluster changes nothing there (the node script is idempotent) and brings back nodes that lost
+  their Ray.
 * ``connect`` (:mod:`rayjobs.provision.tunnel`) opens the SSH tunnel to the head's Jobs API and remembers
   the cluster; ``cluster`` (:mod:`rayjobs.views.clusterview`) shows nodes, GPUs used/free and the queue.
 * ``down`` closes the tunnel and tears the cluster down with SkyPilot.
@@ -24,10 +26,11 @@ from typing import Any, Optional
 from rayjobs import settings
 from rayjobs.errors import ConfigError, RayjobsError, did_you_mean
 from rayjobs.provision import tunnel
-from rayjobs.provision.clusterdir import DEFAULT_NAME, ClusterError, cluster_dir, local_token
+from rayjobs.provision.clusterdir import DEFAULT_NAME, ClusterError, cluster_dir, cluster_name, local_token
+from rayjobs.settingsources import DEFAULT, REMEMBERED, Settings
 
-__all__ = ["DEFAULT_NAME", "ClusterError", "up", "down", "parse_params", "build_task", "task_config", "local_token",
-           "cluster_dir"]
+__all__ = ["DEFAULT_NAME", "ClusterError", "up", "down", "parse_params", "up_params", "build_task", "task_config",
+           "task_defaults", "local_token", "cluster_dir", "cluster_name"]
 
 BOOTSTRAP = Path(__file__).resolve().parents[2] / "bootstrap"
 #: `rayjobs up` parameters (key=value) -> what they set.
@@ -48,7 +51,54 @@ UP_KEYS = {
 }
 
 
+#: `rayjobs up` parameters the settings give a default for: parameter -> settings key.
+FROM_SETTINGS = {"infra": "cluster.infra", "accelerators": "cluster.accelerators", "num_nodes": "cluster.num_nodes",
+                 "image": "cluster.image", "idle_minutes": "cluster.idle_minutes", "bucket": "cluster.bucket",
+                 "volume": "cluster.volume", "storage": "storage"}
+
+
 # --------------------------------------------------------------------------- task
+def up_params(given: dict[str, str], s: Settings) -> tuple[dict[str, str], dict[str, str]]:
+    """The parameters of ``rayjobs up``: the command line's (``given``), then the settings'. Pure.
+
+    A settings value that is empty leaves ``bootstrap/cluster.yaml``'s. A ``bucket=`` or ``volume=``
+    on the command line leaves both settings unused (they are one choice: where the storage root
+    lives). ``storage`` comes only from a settings file or ``RAYJOBS_STORAGE``: the remembered
+    cluster's root describes a cluster, and the built-in one is this machine's.
+
+    Args:
+        given: the command line's parameters (:func:`parse_params`).
+        s: the effective settings (:func:`rayjobs.settings.current`).
+
+    Returns:
+        (the parameters, and for each taken from the settings its source).
+    """
+    params, taken = dict(given), {}
+    for param, key in FROM_SETTINGS.items():
+        value, source = s.get(key), s.source(key)
+        if param in given or value in (None, "") or param in ("bucket", "volume") and {"bucket", "volume"} & set(given):
+            continue
+        if param == "storage" and source in (DEFAULT, REMEMBERED):
+            continue
+        params[param], taken[param] = str(value), source
+    return params, taken
+
+
+def task_defaults() -> dict[str, Any]:
+    """What ``bootstrap/cluster.yaml`` gives the settings left empty (``cluster.infra`` ..., for
+    ``rayjobs config``); ``{}`` when the file is not there (an installed rayjobs without a checkout)."""
+    try:
+        cfg = task_config({})
+    except (OSError, ValueError, KeyError):
+        return {}
+    res, envs = cfg.get("resources") or {}, cfg.get("envs") or {}
+    image = str(res.get("image_id") or "")
+    return {"cluster.infra": res.get("infra", ""), "cluster.accelerators": res.get("accelerators", ""),
+            "cluster.num_nodes": cfg.get("num_nodes", 1),
+            "cluster.image": image[len("docker:"):] if image.startswith("docker:") else image,
+            "cluster.bucket": envs.get("RAYJOBS_BUCKET", "")}
+
+
 def parse_params(pairs: list[str]) -> dict[str, str]:
     """``["infra=aws", "num_nodes=4"]`` -> dict; unknown keys name the closest valid ones."""
     out: dict[str, str] = {}
@@ -86,15 +136,18 @@ def task_config(params: dict[str, str], workdir: Optional[str] = None,
                 secrets: Optional[dict[str, str]] = None) -> dict[str, Any]:
     """``bootstrap/cluster.yaml`` as a dict, with ``params`` applied (not yet validated).
 
-    ``secrets`` (if given) replace the YAML's placeholders: only the ones with a value are sent.
+    ``secrets`` (if given) replace the YAML's placeholders: only the ones with a value are sent, and
+    their names (all of them) go to the node script as ``RAYJOBS_SECRETS`` (it logs and records
+    which the Ray processes got).
     """
     import yaml
 
     cfg = yaml.safe_load((BOOTSTRAP / "cluster.yaml").read_text())
-    if secrets is not None:
-        cfg["secrets"] = {k: v for k, v in secrets.items() if v}
     res = cfg.setdefault("resources", {})
     envs = cfg.setdefault("envs", {})
+    if secrets is not None:
+        cfg["secrets"] = {k: v for k, v in secrets.items() if v}
+        envs["RAYJOBS_SECRETS"] = ",".join(k for k in secrets if k != "RAY_AUTH_TOKEN")
     for key, value in params.items():
         if key in ("infra", "accelerators", "memory"):
             res[key] = value
@@ -173,11 +226,20 @@ def _sky_call(what: str, name: str, fn: Any, *args: Any, **kw: Any) -> Any:
 
 # --------------------------------------------------------------------------- up / down
 def up(name: str, params: dict[str, str], out: Any = None, sdk: Any = None) -> dict[str, Any]:
-    """Launch (or re-bootstrap) the cluster, wait until it is complete, start the sentinel, connect."""
+    """Launch (or re-bootstrap) the cluster, wait until it is complete, start the sentinel, connect.
+
+    ``params`` are the command line's; the settings fill in the rest (:func:`up_params`) and name
+    the secrets to forward (their values from this shell).
+    """
     out = out or sys.stderr
     sky = sdk or _sky()
-    params = dict(params)
-    idle = _int("idle_minutes", params.pop("idle_minutes", "30"))
+    s = settings.current()
+    params, taken = up_params(params, s)
+    said = {k: src for k, src in taken.items() if src != DEFAULT}
+    if said:
+        print("rayjobs: from the settings: " + ", ".join(f"{k}={params[k]} ({src})" for k, src in said.items()),
+              file=out)
+    idle = _int("idle_minutes", params.pop("idle_minutes"))
     workdir = str(BOOTSTRAP.parent)
     build_task(params, workdir)  # bad parameters fail here, before anything touches the cluster
     token = local_token(name)
@@ -189,8 +251,7 @@ def up(name: str, params: dict[str, str], out: Any = None, sdk: Any = None) -> d
             token = None
     token = token or local_token(name, create=True)
     assert token is not None
-    task = build_task(params, workdir, {"RAY_AUTH_TOKEN": token.read_text().strip(),
-                                        **{k: os.environ.get(k, "") for k in ("WANDB_API_KEY", "HF_TOKEN")}})
+    task = build_task(params, workdir, {"RAY_AUTH_TOKEN": token.read_text().strip(), **_secrets(s, out)})
     print(f"rayjobs: launching {name} ({task.num_nodes} node(s), {_describe(task)}) ...", file=out)
     job_id, _ = _sky_call("launch", name, lambda: sky.stream_and_get(sky.launch(task, cluster_name=name)))
     tee = _Tee(out)
@@ -204,6 +265,16 @@ def up(name: str, params: dict[str, str], out: Any = None, sdk: Any = None) -> d
     print("rayjobs: once per storage root, prepare the presets' data: "
           "python -m rayjobs.submit -m +exp=prepare_data rayjobs.prepare.dataset=gsm8k,math", file=out)
     return rec
+
+
+def _secrets(s: Settings, out: Any) -> dict[str, str]:
+    """The settings' secret names with this shell's values; says (names only) which are not set."""
+    values = {k: os.environ.get(k, "") for k in s.secrets}
+    missing = [k for k, v in values.items() if not v]
+    print(f"rayjobs: secrets for the cluster (names from {s.source('secrets')}): "
+          f"{', '.join(k for k, v in values.items() if v) or 'none'}"
+          + (f"; not set in this shell, not forwarded: {', '.join(missing)}" if missing else ""), file=out)
+    return values
 
 
 def _describe(task: Any) -> str:

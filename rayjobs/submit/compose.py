@@ -166,6 +166,7 @@ def make_hydra() -> Any:
     from hydra.core.config_search_path import SearchPathQuery
     from hydra.core.global_hydra import GlobalHydra
 
+    settings.current()  # a broken settings file: one line naming it, before Hydra starts
     register_resolvers()
     schema.register()
     use_c_yaml()
@@ -192,7 +193,8 @@ class Composed:
     cfg: Any  #: the full composed DictConfig (verl keys at the root, ``rayjobs.*``, no ``hydra``)
     experiment: str  #: the preset name chosen with ``+exp=``
     overrides: tuple[str, ...]  #: the user's command-line overrides, as typed
-    preset: dict[str, Any] = field(default_factory=dict)  #: the preset's own verl keys (flat)
+    #: the verl keys the preset sets (flat), and those the settings set (``trainer.project_name``)
+    preset: dict[str, Any] = field(default_factory=dict)
 
 
 def compose(overrides: Sequence[str]) -> Composed:
@@ -219,11 +221,35 @@ def finish(cfg: Any, overrides: Sequence[str]) -> Composed:
     preset = preset_keys(experiment)
     with open_dict(cfg):
         del cfg["hydra"]
+        preset.update(apply_settings(cfg, overrides))
     schema.check_values(cfg.rayjobs)
     check_types(cfg, overrides)
     check_absolute(cfg, overrides)
     OmegaConf.set_readonly(cfg, True)
     return Composed(cfg=cfg, experiment=str(experiment), overrides=tuple(overrides), preset=preset)
+
+
+def apply_settings(cfg: Any, overrides: Sequence[str]) -> dict[str, Any]:
+    """The settings' W&B keys, written into a composed config (open for writing) once, here.
+
+    ``wandb.project`` becomes ``trainer.project_name`` and ``wandb.entity`` the job's non-secret
+    ``WANDB_ENTITY`` (``rayjobs.env``), unless the command line sets them: the command line wins,
+    then the settings, then the preset's own value (a preset's project name is the seed recipe's,
+    not the team's). ``trainer.project_name`` also names the run's checkpoint and metrics dirs
+    (``<storage>/checkpoints/<project>/<run>``), so the settings' project decides those too.
+
+    Returns:
+        The verl keys set here (they go on verl's command line as a preset's keys do).
+    """
+    s = settings.current()
+    typed = {override_key(o) for o in overrides}
+    verl_keys: dict[str, Any] = {}
+    if s.wandb.project and "trainer.project_name" not in typed and "trainer" in cfg:
+        cfg.trainer.project_name = s.wandb.project
+        verl_keys["trainer.project_name"] = s.wandb.project
+    if s.wandb.entity and "rayjobs.env.WANDB_ENTITY" not in typed:
+        cfg.rayjobs.env["WANDB_ENTITY"] = s.wandb.entity
+    return verl_keys
 
 
 def is_own(override_or_key: str) -> bool:

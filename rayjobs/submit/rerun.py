@@ -196,7 +196,7 @@ def _recomposed(old: str, meta: Mapping[str, Any], experiment: str) -> Recorded:
         raise ConfigError(f"{why}, and composing it again fails: {e}") from None
     if config_hash(c.cfg) != meta.get("config_hash"):
         raise ConfigError(f"{why}, and its preset {experiment} with its overrides composes to another config now "
-                          f"(a preset or default changed since): rerun it where it was submitted, or submit it anew")
+                          f"(a preset, a default or your settings changed since): rerun it where it was submitted, or submit it anew")
     return Recorded(configcache.raw(c.cfg), experiment, tuple(overrides), tuple(c.preset),
                     "its preset and overrides composed again (the config it ran with, by its hash)")
 
@@ -224,10 +224,12 @@ def apply(raw: dict, overrides: Sequence[str], *, address: Optional[str], dry_ru
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
 
+    from rayjobs import settings
     from rayjobs.submit import schema
 
     # How this command runs, not what: never taken over from the old submit.
     base = dict(raw, rayjobs=dict(raw["rayjobs"], dry_run=bool(dry_run), follow=False, address=address))
+    settings.current()  # a broken settings file: one line naming it (the storage resolver reads them)
     compose.register_resolvers()
     schema.register()
     with tempfile.TemporaryDirectory(prefix="rayjobs-rerun-") as tmp:
