@@ -179,6 +179,20 @@ def test_the_watch_logs_complete_checkpoints_and_fires_after_the_next(tmp_path, 
     assert not (run / checkpointwatch.STOP_MARK).exists()
 
 
+def test_the_watch_logs_a_save_made_just_before_the_trainer_exits(tmp_path, monkeypatch):
+    # A short job's final save lands between two polls: closing the watch still logs it, so
+    # status/compare/resume know the checkpoint (it was missing from `rayjobs compare`'s rows).
+    monkeypatch.setattr(checkpointwatch, "POLL_S", 60.0)
+    lines: list[str] = []
+    w = checkpointwatch.CheckpointWatch(str(tmp_path), tmp_path, "j", lines.append, lambda _: None,
+                                        since=time.time()).start()
+    (tmp_path / checkpointwatch.TRACKER).write_text("4")
+    w.close()
+    assert lines == ["checkpoint saved: step 4"]
+    w.close()  # idempotent: nothing new, nothing logged
+    assert lines == ["checkpoint saved: step 4"]
+
+
 def test_the_watch_fires_at_its_timeout_without_a_checkpoint(tmp_path, monkeypatch):
     monkeypatch.setattr(checkpointwatch, "POLL_S", 0.05)
     fired: list[str] = []

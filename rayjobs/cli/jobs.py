@@ -1,4 +1,4 @@
-"""Daily job commands: ``tail``, ``logs``, ``status``, ``list``, ``stop``, ``plot`` (design §3).
+"""Daily job commands: ``tail``, ``logs``, ``status``, ``list``, ``stop``, ``plot``, ``compare`` (design §3).
 
 stdout carries data (log lines, JSON, tables, ids); stderr carries chatter. Errors are one line,
 exit 2. Heavy imports (ray, rich, matplotlib, requests) happen inside the commands.
@@ -321,41 +321,15 @@ def _rich_table(rows: list[dict[str, Any]], cells: list[list[str]]) -> None:
     Console().print(t)
 
 
-def queue_note(r: dict[str, Any]) -> str:
-    """What the queue does with the job, for STATUS: `` (PREEMPTED by X)``, `` (preempted by X: to its
-    next checkpoint)``, `` (quota)``, `` (after X)``; empty otherwise."""
-    if r.get("preempted_by") and r.get("status") == "QUEUED":
-        redo = f", redoes {r['redo_steps']}" if r.get("redo_steps") else ""
-        return f" (PREEMPTED by {r['preempted_by']}{redo})"
-    if r.get("preempting_for"):
-        return f" (preempted by {r['preempting_for']}: to its next checkpoint)"
-    if r.get("held") == "quota":
-        return " (quota)"
-    if r.get("held") == "after" and r.get("after"):
-        return f" (after {', '.join(r['after'][:2])}{' ...' if len(r['after']) > 2 else ''})"
-    return ""
-
-
 def _cells(r: dict[str, Any], now: float) -> list[str]:
-    """One row of :data:`LIST_COLUMNS` as text (empty where the job has no value). STATUS:
-    ``QUEUED #3``, ``FAILED (cause)``; from the local record ``SUCCEEDED*`` (the final state kept),
-    ``RUNNING (cluster gone)`` (last seen), ``UNKNOWN (record)`` (a job no command saw)."""
+    """One row of :data:`LIST_COLUMNS` as text (empty where the job has no value); STATUS as
+    :func:`rayjobs.views.jobrows.status_text` writes it."""
     from datetime import datetime
 
     from rayjobs.views import jobrows
     from rayjobs.views.panel import fmt_num
 
-    status = r["status"] + (f" #{r['queue_position']}" if r.get("queue_position") is not None else "")
-    local = r.get("source") == "local"
-    if local and r.get("final"):
-        status = r["status"] + "*"
-    if r.get("cause"):  # the kind only (``node lost``); status shows the whole line
-        status += f" ({str(r['cause']).split(': ', 1)[0]})"
-    status += queue_note(r)
-    if local and not r.get("final"):
-        status += " (cluster gone)"
-    if r.get("source") == "record":
-        status += " (record)"
+    status = jobrows.status_text(r)
     try:
         age = jobrows.age(datetime.fromisoformat(r["submitted_at"]).timestamp(), now) if r.get("submitted_at") else ""
     except ValueError:
@@ -480,3 +454,56 @@ def plot_cmd(job_ids: tuple[str, ...], sweep: Optional[str], metric_names: tuple
         return 0
 
     _exit(run_cli(go))
+
+
+# --------------------------------------------------------------------------- compare
+@main.command("compare")
+@click.option("--sweep", default=None, metavar="S", help="The sweep (its id, or a unique start of it).")
+@click.option("--metric", "metric_names", multiple=True, metavar="M",
+              help="Metric to compare (repeatable; the first ranks the points) [default: critic/score/mean and the "
+                   "val-core reward, which ranks them].")
+@click.option("--mode", default="auto", show_default=True, metavar="auto|max|min",
+              help="Best = highest (max) or lowest (min) value; auto: lowest for a metric named ...loss..., else highest.")
+@click.option("--json", "as_json", is_flag=True, help="A JSON list of the rows (one per point) on stdout.")
+@ADDRESS
+def compare_cmd(sweep: Optional[str], metric_names: tuple[str, ...], mode: str, as_json: bool,
+                address: Optional[str]) -> None:
+    """One row per sweep point: the swept values, status, steps, the last and best value of each
+    metric (best@step), the last checkpoint; * marks the best point.
+
+    The curves are read as `rayjobs plot --sweep S` reads them. While the cluster cannot be
+    reached, the rows come from the local record (STATUS* = the final state kept here), exit 0.
+    """
+
+    def go() -> int:
+        from rayjobs import api
+        from rayjobs.errors import ConfigError
+        from rayjobs.views import compare
+
+        if not sweep:
+            raise ConfigError("name the sweep: rayjobs compare --sweep S (`rayjobs list` shows sweep ids)")
+        rows = api.compare_sweep(sweep, metrics=metric_names, mode=mode, address=address, say=_say)
+        if as_json:
+            click.echo(json.dumps(rows, indent=2, default=str))
+        else:
+            click.echo(compare.table(rows), nl=False)
+        _compare_notes(rows)
+        return 0
+
+    _exit(run_cli(_pipe_safe(go)))
+
+
+def _compare_notes(rows: list[dict[str, Any]]) -> None:
+    """What ranks the points and which logged nothing yet (stderr)."""
+    if not rows:
+        return
+    rank = rows[0]["ranked_by"]
+    if any(r["best"] for r in rows):
+        mode = next(r["metrics"][rank]["mode"] for r in rows if r["metrics"].get(rank))
+        _say(f"* = the best point: the {'highest' if mode == 'max' else 'lowest'} {rank} any point reached "
+             f"(:best columns, value@step); --metric M ranks by M, --mode min|max")
+    else:
+        _say(f"no point logged {rank} yet: no best point")
+    empty = [f"{r['id']} ({r['status']})" for r in rows if not any(r["metrics"].values())]
+    if empty:
+        _say(f"nothing logged by: {', '.join(empty)}")

@@ -122,7 +122,15 @@ class CheckpointWatch:
         return self
 
     def close(self) -> None:
+        """Stop watching, after one last look: the trainer's final save often lands within the last
+        poll before it exits, and unlogged it would be a checkpoint no view knows of."""
         self._done.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5.0)  # wakes at once; an on_stop under way gets a moment
+        step = saved_step(self.checkpoint_dir)
+        if step is not None and step != self.last:
+            self.last = step
+            self.log(SAVED.format(step))
 
     def _run(self) -> None:
         # once a stop is asked, look 5x as often: the steps run past the save are redone on resume

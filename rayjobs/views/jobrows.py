@@ -144,6 +144,39 @@ def attempt_text(row: dict[str, Any]) -> str:
     return f"{k}/{n}" if 1 < n and k <= n else str(k)
 
 
+def status_text(r: dict[str, Any]) -> str:
+    """A row's status as the tables show it: ``QUEUED #3``, ``FAILED (cause)``; from the local
+    record ``SUCCEEDED*`` (the final state kept), ``RUNNING (cluster gone)`` (last seen),
+    ``UNKNOWN (record)`` (a job no command saw)."""
+    status = r["status"] + (f" #{r['queue_position']}" if r.get("queue_position") is not None else "")
+    local = r.get("source") == "local"
+    if local and r.get("final"):
+        status = r["status"] + "*"
+    if r.get("cause"):  # the kind only (``node lost``); status shows the whole line
+        status += f" ({str(r['cause']).split(': ', 1)[0]})"
+    status += queue_note(r)
+    if local and not r.get("final"):
+        status += " (cluster gone)"
+    if r.get("source") == "record":
+        status += " (record)"
+    return status
+
+
+def queue_note(r: dict[str, Any]) -> str:
+    """What the queue does with the job, for STATUS: `` (PREEMPTED by X)``, `` (preempted by X: to its
+    next checkpoint)``, `` (quota)``, `` (after X)``; empty otherwise."""
+    if r.get("preempted_by") and r.get("status") == "QUEUED":
+        redo = f", redoes {r['redo_steps']}" if r.get("redo_steps") else ""
+        return f" (PREEMPTED by {r['preempted_by']}{redo})"
+    if r.get("preempting_for"):
+        return f" (preempted by {r['preempting_for']}: to its next checkpoint)"
+    if r.get("held") == "quota":
+        return " (quota)"
+    if r.get("held") == "after" and r.get("after"):
+        return f" (after {', '.join(r['after'][:2])}{' ...' if len(r['after']) > 2 else ''})"
+    return ""
+
+
 def short_message(message: Any) -> Optional[str]:
     """Ray's job message without the log copy it appends (", last available logs ..."), no ANSI."""
     if not message:
@@ -409,6 +442,21 @@ def select(jobs: Iterable[Any], sweep: Optional[str] = None, status: Optional[li
     if experiment:
         mine = [j for j in mine if meta(j).get("experiment") == experiment]
     return mine
+
+
+def resolve_sweep(sweep: str, jobs: Iterable[Any]) -> str:
+    """The sweep id ``sweep`` names (itself, or the one id it starts) among the sweeps of ``jobs`` and
+    of the local record (a sweep the cluster forgot is still one); an unknown one names the closest."""
+    from rayjobs.submit import ledger
+
+    names = {meta(j).get("sweep", "") for j in jobs} | {str(e.get("sweep") or "") for e in ledger.entries()}
+    names.discard("")
+    hit = [s for s in names if s == sweep] or sorted(s for s in names if s.startswith(sweep))
+    if len(hit) == 1:
+        return hit[0]
+    if hit:
+        raise JobNotFound(f"{sweep!r} matches {len(hit)} sweeps ({', '.join(hit[:4])}); give more of the id")
+    raise JobNotFound(f"no sweep {sweep!r}{did_you_mean(sweep, names)}; `rayjobs list` shows sweep ids")
 
 
 def parse_statuses(values: Iterable[str]) -> list[str]:

@@ -16,7 +16,8 @@ It behaves like verl where rayjobs depends on it:
 
 Knobs: ``+fake.steps`` (default 5), ``+fake.step_s`` (0.05), ``+fake.fail_at`` (step to crash at,
 once per run dir), ``+fake.hold_gpus`` (false), ``+fake.hold_s`` (extra seconds holding the PGs),
-``+fake.score_offset`` (0.0, added to the score/reward curves so sweep points differ in plots).
+``+fake.score_offset`` (0.0, added to the score/reward curves so sweep points differ in plots),
+``+fake.score_peak=K`` (the score rises until step K, then falls by 0.05 a step: its best is not its last).
 Faults: ``+fake.fail_every=K`` (crash at each K-th step, once each), ``+fake.die_in_save=N``
 (SIGKILL itself in the middle of the save of step N, once), ``+fake.zero_on_resume`` (a resume
 exits 0 before any step, as verl at an epoch boundary), ``+fake.reward_error`` (the user's
@@ -199,6 +200,7 @@ def main() -> int:
     steps = int(args.get("fake.steps", 5))
     step_s = float(args.get("fake.step_s", 0.05))
     fail_at = int(args.get("fake.fail_at", 0))
+    peak = int(args.get("fake.score_peak", steps))
     ckpt_dir = args.get("trainer.default_local_dir", "")
     save_freq = int(args.get("trainer.save_freq", -1))
     nnodes = int(args.get("trainer.nnodes", 1))
@@ -242,7 +244,7 @@ def main() -> int:
             step_actors(actors, step)
         sys.stdout.write(f"\rTraining Progress: {100 * step // steps}%|{'#' * step}| {step}/{steps}")
         sys.stdout.flush()
-        score = 0.1 + 0.8 * step / steps + float(args.get("fake.score_offset", 0))
+        score = 0.1 + 0.8 * min(step, peak) / steps - 0.05 * max(0, step - peak) + float(args.get("fake.score_offset", 0))
         data = {"actor/pg_loss": -0.01 * step, "critic/score/mean": score, "critic/rewards/mean": score - 0.01,
                 "actor/ppo_kl": 0.001 * step, "response_length/mean": 100.0 + step, "timing_s/step": step_s,
                 "training/global_step": step, "training/epoch": 0}
