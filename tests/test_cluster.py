@@ -55,6 +55,13 @@ def test_up_parameters_override_the_yaml() -> None:
     assert next(iter(rcl.build_task({}).resources)).autostop_config.down is True
     cfg = rcl.task_config({"volume": "rayjobs-pvc"})
     assert cfg["volumes"] == {"/mnt/rayjobs": "rayjobs-pvc"} and "file_mounts" not in cfg
+    # The nodes learn this checkout's commit (their labels show it; an image of it installs nothing);
+    # an image pinned by a registry port, a commit tag or a digest is taken as it is.
+    from rayjobs.shared import source_commit
+
+    assert rcl.task_config({})["envs"]["RAYJOBS_COMMIT"] == source_commit()
+    for image in ("localhost:5000/rayjobs-cluster:0123456789ab", "reg.example/x@sha256:" + "0" * 64):
+        assert rcl.task_config({"image": image})["resources"]["image_id"] == f"docker:{image}"
 
 
 @pytest.mark.parametrize("args, message", [
@@ -63,6 +70,8 @@ def test_up_parameters_override_the_yaml() -> None:
     (["infra"], "expected key=value"),
     (["storage=rel/path"], "must be an absolute path"),
     (["accelerators=H100:x"], "SkyPilot rejected the cluster task"),
+    (["image=reg.example/rayjobs-cluster:latest"], "is not pinned (the tag latest moves)"),
+    (["image=reg.example/rayjobs-cluster"], "is not pinned (no tag)"),
 ])
 def test_bad_up_parameters_are_one_line_errors(args: list[str], message: str) -> None:
     with pytest.raises(ConfigError) as e:

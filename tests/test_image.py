@@ -78,7 +78,7 @@ def test_dockerfile_never_uses_latest_and_bakes_the_commit() -> None:
     assert ":latest" not in text
     base = re.search(r"^ARG BASE_IMAGE=(\S+)$", text, re.M)
     assert base and re.search(r":[0-9][\w.-]*$", base.group(1)), "the base image must have a version tag"
-    assert "ENV RAYJOBS_COMMIT=${RAYJOBS_COMMIT}" in text  # the node labels show it per node
+    assert "ENV RAYJOBS_COMMIT=${RAYJOBS_COMMIT}" in text and "RAYJOBS_IMAGE_COMMIT=${RAYJOBS_COMMIT}" in text
     assert "org.opencontainers.image.revision=${RAYJOBS_COMMIT}" in text
 
 

@@ -28,6 +28,7 @@ from rayjobs.errors import ConfigError, RayjobsError, did_you_mean
 from rayjobs.provision import tunnel
 from rayjobs.provision.clusterdir import DEFAULT_NAME, ClusterError, cluster_dir, cluster_name, local_token
 from rayjobs.settingsources import DEFAULT, REMEMBERED, Settings
+from rayjobs.shared import source_commit
 
 __all__ = ["DEFAULT_NAME", "ClusterError", "up", "down", "parse_params", "up_params", "build_task", "task_config",
            "task_defaults", "local_token", "cluster_dir", "cluster_name"]
@@ -152,7 +153,7 @@ def task_config(params: dict[str, str], workdir: Optional[str] = None,
         if key in ("infra", "accelerators", "memory"):
             res[key] = value
         elif key == "image":
-            res["image_id"] = value if ":" in value.split("/")[0] else f"docker:{value}"
+            res["image_id"] = pinned_image(value if value.startswith("docker:") else f"docker:{value}")
         elif key == "disk_size":
             res["disk_size"] = _int(key, value)
         elif key == "use_spot":
@@ -179,7 +180,26 @@ def task_config(params: dict[str, str], workdir: Optional[str] = None,
     res.setdefault("autostop", {})["down"] = autodown
     if workdir:
         cfg["workdir"] = workdir
+    commit = source_commit()
+    if commit:  # the nodes label themselves with it; an image of this very commit skips the install
+        envs["RAYJOBS_COMMIT"] = commit
     return cfg
+
+
+def pinned_image(image_id: str) -> str:
+    """``image_id`` (``docker:repo:tag``) if its tag pins it; one line (exit 2) for ``latest`` or no tag.
+
+    One image for every node, tied to a commit (``scripts/build_image.sh`` tags it with the commit):
+    a moving tag would let nodes started on different days run different stacks.
+    """
+    ref = image_id.split(":", 1)[1] if image_id.startswith("docker:") else image_id
+    if "@sha256:" in ref:
+        return image_id
+    name, _, tag = ref.rpartition(":") if ":" in ref.rsplit("/", 1)[-1] else (ref, "", "")
+    if not tag or tag == "latest":
+        raise ConfigError(f"image={ref!r} is not pinned ({'the tag latest moves' if tag else 'no tag'}): use a tag "
+                          f"tied to a commit (scripts/build_image.sh REGISTRY/NAME prints it) or @sha256:<digest>")
+    return image_id
 
 
 def build_task(params: dict[str, str], workdir: Optional[str] = None,
