@@ -40,7 +40,7 @@ RAYJOBS_STORAGE (the shared root, recorded and passed to jobs), RAYJOBS_SECRETS 
 `rayjobs up` forwarded, comma-separated), RAYJOBS_RAY_TEMP_DIR (several nodes on one host only),
 RAYJOBS_METRICS_EXPORT_PORT (8090: each node's Ray metrics; 0 = Ray picks),
 RAYJOBS_METRICS_PORT (8264: the head's loopback metrics gateway; 0 = none), RAYJOBS_COMMIT (the
-rayjobs commit, shown per node). Exit 0 = this node is in the cluster
+rayjobs commit, shown per node), RAYJOBS_NUM_CPUS (the CPUs Ray offers; default: all). Exit 0 = this node is in the cluster
 (and, on rank 0, the cluster is complete); 1 = it is not (one line on stderr says why).
 """
 
@@ -91,6 +91,8 @@ class Config:
         if len(self.ips) < self.num_nodes or self.rank >= self.num_nodes:
             fail(f"SKYPILOT_NODE_IPS lists {len(self.ips)} address(es) for {self.num_nodes} node(s) (rank {self.rank})")
         self.gpus = int(float(env.get("SKYPILOT_NUM_GPUS_PER_NODE") or 0))
+        # CPUs Ray offers on this node (default: all it sees); verl takes 3 per GPU bundle.
+        self.cpus = int(env["RAYJOBS_NUM_CPUS"]) if env.get("RAYJOBS_NUM_CPUS") else None
         self.ip = self.ips[self.rank]
         self.head_ip = self.ips[0]
         self.port = int(env.get("RAYJOBS_RAY_PORT", 6379))
@@ -454,7 +456,7 @@ def _ray_params(cfg: Config) -> Any:
     from ray._private.resource_isolation_config import ResourceIsolationConfig
 
     return RayParams(
-        node_ip_address=cfg.ip, node_name=cfg.ip, num_gpus=cfg.gpus, resources={}, labels=node_labels(),
+        node_ip_address=cfg.ip, node_name=cfg.ip, num_gpus=cfg.gpus, num_cpus=cfg.cpus, resources={}, labels=node_labels(),
         metrics_export_port=cfg.metrics_export_port or None,
         min_worker_port=20002, max_worker_port=29999,  # SkyPilot's Ray: 11002-19999
         node_manager_port=0, ray_client_server_port=cfg.client_port if cfg.head else None,
@@ -580,6 +582,8 @@ def _start_cli(cfg: Config) -> str:
         f"--ray-client-server-port={cfg.client_port or 10011}", "--disable-usage-stats",
         f"--metrics-export-port={cfg.metrics_export_port}",
     ]
+    if cfg.cpus is not None:
+        args.append(f"--num-cpus={cfg.cpus}")
     labels = node_labels()
     if labels:
         args.append("--labels=" + ",".join(f"{k}={v}" for k, v in labels.items()))

@@ -30,7 +30,9 @@ HEAD_ENV = {
 
 #: Env var names that look like secrets: never in a job's runtime_env (anyone who can list jobs
 #: reads it); the node script lists the ones the cluster holds (names only) in its readiness record.
-SECRET_PATTERN = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.I)
+#: A name part, between underscores, that says "secret" (``WANDB_API_KEY``, ``HF_TOKEN``,
+#: ``AWS_SECRET_ACCESS_KEY``), not a word that merely contains one (``TOKENIZERS_PARALLELISM``).
+SECRET_PATTERN = re.compile(r"(^|_)(API_?KEY|KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)(_|$)", re.I)
 
 
 #: The names (comma-separated) of the secrets `rayjobs up` forwarded, for the node script: the

@@ -41,7 +41,9 @@ def lost_attempt(rec: dict[str, Any]) -> dict[str, Any]:
     checkpoint) while ``rayjobs.max_retries`` allows, else done FAILED (cluster restarted)."""
     meta = (rec.get("spec") or {}).get("metadata") or {}
     lost = int(rec.get("lost") or 0) + 1
-    out = dict(rec, lost=lost, history=list(rec.get("history") or []) + [{"lost_at": time.time()}])
+    # its new attempt is admitted anew (the runner's "admitted after X s" line must not reuse the old one)
+    out = dict({k: v for k, v in rec.items() if k != "admitted_at"}, lost=lost,
+               history=list(rec.get("history") or []) + [{"lost_at": time.time()}])
     if lost <= int(meta.get("max_retries") or 0):
         return dict(out, state=WAITING, note="requeued: the cluster restarted while it ran; it resumes from its checkpoint")
     return dict(out, state=DONE, status="FAILED", finished_at=time.time(), cause="cluster restarted",

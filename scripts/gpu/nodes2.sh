@@ -29,6 +29,7 @@ if [ "$PHASE" = start ]; then
   bash scripts/gpu/unpack.sh install >/dev/null || { echo "unpack failed"; exit 1; }
 fi
 source scripts/gpu/env.sh
+source scripts/gpu/cluster.sh
 export RAYJOBS_STORAGE=$RAYJOBS_HOME/storage
 # The client side: what `rayjobs connect` would remember, given as variables.
 export RAY_ADDRESS=http://127.0.0.1:8265 RAY_AUTH_TOKEN_PATH=$ND/node0/auth_token
@@ -39,53 +40,7 @@ if [ "$PHASE" = start ]; then
   [ -f $RAYJOBS_STORAGE/models/tiny-qwen2/config.json ] || python3 scripts/gpu/make_tiny.py $RAYJOBS_STORAGE 2>&1 | grep -v Writing
 
   mark "cluster: bootstrap/ray_node.py rank 0, then rank 1"
-  if [ "${RESET:-0}" = 1 ]; then   # end this script's earlier cluster, by PID: the processes naming its temp dirs
-    python3 -c "from rayjobs.client.headprocs import pids_naming, terminate; terminate(lambda: pids_naming('/tmp/rn0/', '/tmp/rn1/'))"
-    rm -rf $ND/node0 $ND/node1
-  fi
-  TOKEN=$(python3 -c "import secrets; print(secrets.token_hex(24))")   # `rayjobs up` passes it as a SkyPilot secret
-  # RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0: with loopback node addresses on one host, Ray's own
-  # processes (the job agent's ray.init, job drivers) swap 127.0.0.1 for the host's eth0 address
-  # and wait forever for a raylet there (seen: every submission timed out with HTTP 504). The
-  # switch makes them keep 127.0.0.1; only Ray's `ray start` CLI refuses workers under it, and the
-  # node script starts Ray without that CLI. Real SkyPilot nodes have real addresses: not needed.
-  node() {  # RANK GPU
-    env RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 SKYPILOT_NODE_RANK=$1 SKYPILOT_NODE_IPS="$IPS" SKYPILOT_NUM_NODES=$NODES \
-        SKYPILOT_NUM_GPUS_PER_NODE=1 CUDA_VISIBLE_DEVICES=$2 RAY_AUTH_TOKEN=$TOKEN \
-        RAYJOBS_NODE_DIR=$ND/node$1 RAYJOBS_AGENT_PORT=$(( 52366 + $1 )) RAYJOBS_JOIN_TIMEOUT=180 \
-        RAYJOBS_RAY_TEMP_DIR=/tmp/rn$1 RAYJOBS_METRICS_EXPORT_PORT=$(( 8090 + $1 )) \
-        python3 bootstrap/ray_node.py
-  }
-  # Each node its own Ray temp dir (RAYJOBS_RAY_TEMP_DIR), as on separate machines: sharing one,
-  # rank 1's runtime-env agent unpacked the jobs' working_dir again under the head's waiting job
-  # (phase 3: the queued point died at once; rayjobs.oncluster.runner now survives that too).
-  # One after the other: on ONE host with a shared temp dir, Ray names a raylet's sockets and log
-  # files in the shared session dir by the first free name, and two raylets starting in the same
-  # instant both took `sockets/raylet` (bind: Address already in use; seen in a CPU dry run). Separate machines
-  # (SkyPilot's nodes) do not share a session dir, so the node script needs no order there.
-  # Rank 1 starts once the head's node script waits for it.
-  : > $W/node0.log   # a previous run's "cluster ready" must not start rank 1 early
-  node 0 0 > $W/node0.log 2>&1 &
-  N0=$!
-  for _ in $(seq 1 600); do grep -q "waiting: \|cluster ready\|error" $W/node0.log && break; sleep 0.1; done
-  rc1=0; : > $W/node1.log
-  [ "$NODES" = 2 ] && { node 1 1 > $W/node1.log 2>&1; rc1=$?; }
-  wait $N0; rc0=$?
-  cat $W/node1.log $W/node0.log
-  echo "node script exit codes: rank 0 $rc0, rank 1 $rc1" | tee -a $W/summary.txt
-  if [ $rc0 != 0 ] || [ $rc1 != 0 ]; then cp $W/node0.log $W/node1.log $W/summary.txt $OUT/; exit 1; fi
-  mark "node scripts done"
-  for _ in $(seq 1 60); do   # rank 1's script returns once the head lists it; its GPU shows a moment later
-    $RJ cluster --json > $W/cluster.json 2>/dev/null && python3 - $W/cluster.json $NODES <<'PY' && break
-import json, sys
-d = json.load(open(sys.argv[1]))
-nodes = d.get("nodes", [])
-want = int(sys.argv[2])
-sys.exit(0 if len(nodes) == want and sum(n.get("gpus", 0) for n in nodes) == want else 1)
-PY
-    sleep 1
-  done
-  $RJ cluster 2>&1 | tee -a $W/summary.txt
+  form_cluster
 
   mark "sweep submit ($NODES node(s) x 1 GPU per point)"
   ta=$(date +%s.%N)
