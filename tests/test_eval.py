@@ -197,3 +197,21 @@ def test_an_evaluation_that_resumed_its_own_run_is_still_a_success():
     assert judge(0, out, 4, {}, ["++trainer.val_only='True'"]) is None
     assert judge(0, out, 4, {}, ["trainer.val_only=true", "trainer.val_only=false"]).kind == "no progress"
     assert not flag(["trainer.val_only_x=true"], "trainer.val_only")
+
+
+def test_which_jobs_rayjobs_after_names():
+    """A sweep id (or the unique start of one) is its points in point order; a run `rayjobs resume`
+    continued is its newest job; an id names itself; each job once; nothing named is one line."""
+    from rayjobs.errors import NoSuchJob
+    from rayjobs.submit.evaluate import named_points
+
+    def job(sid: str, **meta: str) -> dict[str, Any]:
+        return {"submission_id": sid, "status": "RUNNING", "metadata": {"submitted_at": "2026-12-01T10:00:00", **meta}}
+
+    jobs = [job("S-10", sweep="S"), job("S-2", sweep="S"), job("S-2-r1", sweep="S", resumed_from="S-2"),
+            job("solo-1"), job("S-2-eval-ab12", eval_of="S-2")]
+    assert [i for i, _ in named_points(jobs, ["S"])] == ["S-2-r1", "S-10"]
+    assert [i for i, _ in named_points(jobs, ["solo-1", "S-2", "S"])] == ["solo-1", "S-2-r1", "S-10"]
+    assert [i for i, _ in named_points(jobs, ["sol"])] == ["solo-1"]
+    with pytest.raises(NoSuchJob, match="rayjobs.after=nope: names no job or sweep"):
+        named_points(jobs, ["nope"])

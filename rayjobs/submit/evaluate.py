@@ -120,8 +120,8 @@ def parse(c: Composed) -> tuple[list[str], list[str]]:
 def check_override(ov: str) -> None:
     """Refuse an override an evaluation cannot take (one line)."""
     key = override_key(ov)
-    value = ov.split("=", 1)[1] if "=" in ov else None
-    if key in FORCED and (ov.startswith("~") or value != format_value(FORCED[key])):
+    value = ov.split("=", 1)[1].strip("'\"").lower() if "=" in ov else None
+    if key in FORCED and (ov.startswith("~") or value != format_value(FORCED[key]).lower()):
         raise ConfigError(f"{ov}: an evaluation sets {key}={format_value(FORCED[key])} itself (verl's "
                           f"validation-only run from a checkpoint); drop it")
     if key in PER_POINT:
@@ -241,11 +241,11 @@ def check_saves(pid: str, raw: Mapping[str, Any]) -> None:
     from omegaconf import OmegaConf
 
     compose.register_resolvers()
-    value = OmegaConf.select(OmegaConf.create(dict(raw)), "trainer.save_freq", default=None)
     try:
+        value = OmegaConf.select(OmegaConf.create(dict(raw)), "trainer.save_freq", default=None)
         freq = int(value)
-    except (TypeError, ValueError):
-        return  # not a number here: verl decides (it saves when it is one)
+    except Exception:  # noqa: BLE001 (not a number here: verl decides, as it does for the training job)
+        return
     if freq <= 0:
         raise ConfigError(f"{pid} saves no checkpoints (trainer.save_freq={value} in its config): there is "
                           f"nothing to evaluate; train with trainer.save_freq=N (N > 0)")
