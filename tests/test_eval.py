@@ -176,6 +176,11 @@ def test_bad_input_is_one_line_exit_2_and_queues_nothing(cluster, workdir, tmp_p
         assert r.returncode == 2 and len(errors) == 1 and says in errors[0], (args, r.stderr)
         assert len(r.stderr.strip().splitlines()) == 1, (args, r.stderr)
         assert not r.stdout, (args, r.stdout)
+    # the Python API's dry run: the same plan, nothing queued
+    import rayjobs
+
+    planned = rayjobs.evaluate_checkpoints(trained, address=cluster.address, dry_run=True)
+    assert [j.job_id.rsplit("-", 1)[0] for j in planned] == [f"{trained}-eval"]
     assert set(job_list(cluster.client())) == before_ray
     assert {p.name for p in queue.iterdir()} == before_queue
 
