@@ -9,6 +9,7 @@ The Python API (the ``rayjobs`` command line is a thin layer over it), from :mod
 * :func:`submit_experiment` / :func:`submit_sweep` -> :class:`Job` (status, row, logs, tail, stop, wait)
 * :func:`plan_experiment`: the dry-run half (the exact ``submit_job`` requests, no cluster)
 * :func:`list_jobs`, :func:`stop_jobs`, :func:`plot_jobs`, :func:`compare_sweep` (a sweep at a glance)
+* :func:`evaluate_checkpoints`: the last checkpoint of each point of a sweep, validated (``eval_checkpoint``)
 * :func:`effective_settings`: the settings in effect and where each came from (``rayjobs config``)
 * :class:`RayjobsError`: every error a user can cause, one line.
 
@@ -20,7 +21,7 @@ from typing import Any
 from rayjobs.shared import __version__
 
 _API = ("Job", "submit_experiment", "submit_sweep", "plan_experiment", "list_jobs", "stop_jobs", "resume_job",
-        "plot_jobs", "compare_sweep", "effective_settings")
+        "evaluate_checkpoints", "plot_jobs", "compare_sweep", "effective_settings")
 __all__ = [*_API, "JobSpec", "RayjobsError", "__version__"]
 
 

@@ -17,7 +17,7 @@ subclasses with one-line messages (what was wrong, what to do next).
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence, Union
 
 from rayjobs.errors import ConfigError, NoSuchJob, RayjobsError
 from rayjobs.shared import STANDBY_KEY, TERMINAL
@@ -221,12 +221,12 @@ def submit_experiment(experiment: str, overrides: Sequence[str] = (), *, address
 
 def submit_sweep(experiment: str, overrides: Sequence[str], *, address: Optional[str] = None) -> list[Job]:
     """Submit one job per point of a Hydra sweep (``a=1,2 b=x,y``: four jobs), all checked first."""
-    from rayjobs.submit import compose, pipeline
+    from rayjobs.submit import app, compose
 
     args = [f"+exp={experiment}", *overrides] + ([f"rayjobs.address={address}"] if address else [])
     hydra = compose.make_hydra()
-    with pipeline.ids_to_caller() as ids, compose.translate_errors(args):
-        hydra.multirun(config_name=compose.CONFIG_NAME, task_function=pipeline.no_task, overrides=args)
+    with app.ids_to_caller() as ids, compose.translate_errors(args):
+        hydra.multirun(config_name=compose.CONFIG_NAME, task_function=app.no_task, overrides=args)
     if not ids:
         raise ConfigError("nothing was submitted (a dry run?)")
     return [Job(i, address=address) for i in ids]
@@ -277,30 +277,18 @@ def list_jobs(*, sweep: Optional[str] = None, statuses: Sequence[str] = (), expe
 
 
 def all_jobs(d: "Dashboard", view: Any = None) -> list[Any]:
-    """Ray's jobs, plus (as dicts) those the queue holds or finished that Ray does not list."""
-    from rayjobs.views.queuestatus import QueueView
+    """Ray's jobs, plus (as dicts) those the queue holds or finished that Ray does not list
+    (:func:`rayjobs.views.queuestatus.all_jobs`)."""
+    from rayjobs.views import queuestatus
 
-    view = view or QueueView.read(d)
-    # An entry without metadata for a job the queue finished is the one Ray writes back for a job
-    # pruned from its table while the supervisor was exiting: the queue's history is the truth.
-    # A pre-started job (the queue's standby) is QUEUED while the queue lists it as waiting.
-    jobs: list[Any] = [queue_overlay(j, view) for j in d.list_jobs()
-                       if (j.get("metadata") or j.get("submission_id") not in view.history)
-                       and j.get("submission_id") not in view.waiting]
-    in_ray = {j.get("submission_id") for j in jobs}
-    jobs += [view.as_job(i) for i in sorted(view.ids() - in_ray)]
-    return jobs
+    return queuestatus.all_jobs(d, view)
 
 
 def queue_overlay(job: dict[str, Any], view: Any) -> dict[str, Any]:
-    """A Ray job (dict) as the queue sees it: a preempted run that Ray shows STOPPED is QUEUED
-    (going back to its place in line); a run being preempted carries ``preempting_for``."""
-    sid = job.get("submission_id")
-    if view.holds(sid):
-        return dict(job, status="QUEUED", end_time=None, preempted={"by": view.preempted[sid].get("by")},
-                    message="preempted: going back to its place in the queue")
-    by = view.preempting_for(sid)
-    return dict(job, preempting_for=by) if by else job
+    """A Ray job (dict) as the queue sees it (:func:`rayjobs.views.queuestatus.queue_overlay`)."""
+    from rayjobs.views import queuestatus
+
+    return queuestatus.queue_overlay(job, view)
 
 
 def stop_jobs(job_ids: Sequence[str] = (), *, sweep: Optional[str] = None, wait: float = 90.0,
@@ -536,6 +524,43 @@ def rerun_job(job_id: str, overrides: Sequence[str] = (), *, address: Optional[s
     say(f"{new}: reruns {old} (config from {plan.source}; its code snapshot)"
         + (f" with {' '.join(overrides)}" if overrides else ""))
     return Job(new, dashboard=d)
+
+
+def evaluate_checkpoints(after: Union[str, Sequence[str]], overrides: Sequence[str] = (), *,
+                         experiment: str = "eval_checkpoint", address: Optional[str] = None, dry_run: bool = False,
+                         dashboard: Optional["Dashboard"] = None, say: Any = None) -> list[Job]:
+    """Evaluate the last checkpoint of each training job ``after`` names: one job per job (a sweep id:
+    one per point), its recorded config and code snapshot with verl's validation-only run from
+    ``<checkpoint dir>/global_step_latest``, started once that job SUCCEEDED
+    (``python -m rayjobs.submit +exp=eval_checkpoint rayjobs.after=...``; :mod:`rayjobs.submit.evaluate`).
+
+    Args:
+        after: a sweep id, a job id, or several (unique starts of ids work).
+        overrides: Hydra overrides every evaluation gets (``data.val_files=...``).
+        experiment: the evaluation preset (``rayjobs.evaluate: true``; yours in ./conf/exp/ too).
+        address: the cluster's dashboard (else the settings' precedence).
+        dry_run: check everything and print the JSON a submit's dry run prints; queue nothing.
+        dashboard: an open client to reuse. say: where one-line notes go (default: nowhere).
+
+    Returns:
+        The evaluation jobs, in point order (with ``dry_run``: the ids they would have had).
+
+    Raises:
+        NoSuchJob: ``after`` names nothing. ConfigError: a job that cannot be evaluated (an
+            evaluation itself, no checkpoints, no config), a refused override. SubmitError: a
+            point's code snapshot is gone. Nothing is queued in each case.
+    """
+    from rayjobs.submit import compose, evaluate
+    from rayjobs.submit.spec import format_value
+
+    ids = [after] if isinstance(after, str) else list(after)
+    args = [f"+exp={experiment}", f"rayjobs.after={format_value(ids)}", *overrides,
+            *(["rayjobs.dry_run=true"] if dry_run else []), *([f"rayjobs.address={address}"] if address else [])]
+    c = compose.compose(args)
+    if not c.cfg.rayjobs.evaluate:
+        raise ConfigError(f"{experiment} is not an evaluation preset (rayjobs.evaluate: true): submit it with submit_experiment")
+    d = dashboard or _connect(address)
+    return [Job(i, dashboard=d) for i in evaluate.run(c, dashboard=d, say=say or (lambda msg: None))]
 
 
 def plot_jobs(job_ids: Sequence[str] = (), *, sweep: Optional[str] = None, metrics: Sequence[str] = (),

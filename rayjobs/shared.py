@@ -71,6 +71,10 @@ ROLE_KEY = "rayjobs_role"
 #: Metadata key of a job the queue pre-started before admitting it (its runner holds until then):
 #: while the queue still lists the job as waiting, it is QUEUED whatever Ray says.
 STANDBY_KEY = "rayjobs_standby"
+#: Metadata key of a job queued with another job's durable code snapshot (``enqueue --code-of``):
+#: the id of the job whose snapshot it runs, when it is not the request's own ``--code-of`` job
+#: (the evaluations of a sweep's points go in one request, each with its own point's code).
+CODE_OF_KEY = "code_of"
 #: The env var naming the file such a job's runner waits for (the queue writes it at admission).
 STANDBY_GO_ENV = "RAYJOBS_STANDBY_GO"
 #: The env var every process of a job carries (its trainer, and through verl's runtime_env each of

@@ -62,7 +62,7 @@ def wait_idle(client: Any, timeout: float = 900) -> None:
 def per_point_profile(sweep_args: list[str], n: int) -> dict[str, float]:
     """Milliseconds per point of each phase, from one in-process dry-run of the sweep."""
     from rayjobs.submit import compose
-    from rayjobs.submit import pipeline
+    from rayjobs.submit import app, pipeline
 
     compose.make_hydra()  # Hydra's plugin scan (re)loads the launcher module: patch the loaded one
     L = sys.modules["hydra_plugins.rayjobs_launcher.rayjobs_launcher"]
@@ -89,11 +89,11 @@ def per_point_profile(sweep_args: list[str], n: int) -> dict[str, float]:
     import io
 
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        pipeline._main(["-m", *sweep_args, "rayjobs.dry_run=true"])  # warm: the verl helper, caches
+        app._main(["-m", *sweep_args, "rayjobs.dry_run=true"])  # warm: the verl helper, caches
     spent.clear()
     t = time.perf_counter()
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        pipeline._main(["-m", *sweep_args, "rayjobs.dry_run=true"])
+        app._main(["-m", *sweep_args, "rayjobs.dry_run=true"])
     spent["whole dry-run sweep, in-process"] = time.perf_counter() - t
     out = {k: v * 1000 / n for k, v in spent.items()}
 

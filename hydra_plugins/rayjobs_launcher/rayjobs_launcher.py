@@ -61,7 +61,7 @@ class RayjobsLauncher(Launcher):
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         from rayjobs.submit import compose
-        from rayjobs.submit.pipeline import run_points
+        from rayjobs.submit.app import run_points
 
         with compose.memo_interpolations():
             points = self.compose_points([list(o) for o in job_overrides])

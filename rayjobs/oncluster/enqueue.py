@@ -18,10 +18,10 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from rayjobs.oncluster.store import WAITING, QueueStore
-from rayjobs.shared import ENQUEUE_KEY, stamp, unpack_jobs
+from rayjobs.shared import CODE_OF_KEY, ENQUEUE_KEY, stamp, unpack_jobs
 
 #: The queue's heartbeat is fresh for this long (it rewrites it every second).
 SERVICE_FRESH_S = 10.0
@@ -62,7 +62,8 @@ def _int(v: Any) -> int:
 
 def main(argv: Optional[list[str]] = None) -> int:
     """``enqueue``: queue the jobs with the code Ray unpacked for this job; ``enqueue --code-of ID``:
-    with the durable snapshot of job ID's code instead (a rerun: no upload, the old code)."""
+    with the durable snapshot of job ID's code instead (a rerun: no upload, the old code), or of
+    the job a spec's own metadata names (``code_of``: each evaluation with its point's code)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and (argv[0] != "--code-of" or len(argv) != 2):
         print("usage: python3 -m rayjobs.oncluster.enqueue [--code-of JOB_ID]", file=sys.stderr)
@@ -78,34 +79,52 @@ def main(argv: Optional[list[str]] = None) -> int:
     store = QueueStore()
     try:
         specs = resolve_after(store, specs)
+        keys = snapshot_keys(store, specs, argv[1]) if argv else {}
     except LookupError as e:  # the laptop shows this last line as the reason: nothing is queued
         print(e, file=sys.stderr, flush=True)
         return 2
     if argv:
-        try:
-            key = store.code_of(argv[1])
-        except LookupError as e:  # the laptop shows this last line as the reason: nothing is queued
-            print(e, file=sys.stderr, flush=True)
+        queued = _put_new(store, specs, lambda spec: keys[code_source(spec, argv[1])], announce=False)
+        gone = sorted({src for src, key in keys.items() if not store.code_dir(key).is_dir()})
+        if gone:
+            # The queue's pruning may have read the records just before these were written and taken a
+            # snapshot meanwhile: take them back before the queue is told of them (nothing queued).
+            for sid in queued:
+                store.remove(sid)
+            print(f"the code snapshot of {gone[0]} was removed while queuing (its retention ended): "
+                  f"submit it again from its source", file=sys.stderr, flush=True)
             return 2
-        code = store.code_dir(key)
+        for sid in queued:
+            store.announce(sid)
+        code = ", ".join(str(store.code_dir(k)) for k in dict.fromkeys(keys.values()))
     else:
         key = code_key(dict(cfg.get("runtime_env") or {})) or f"nohash-{int(time.time() * 1000)}"
-        code = store.keep_code(key, Path.cwd())
-    queued = _put_new(store, specs, key, announce=not argv)
-    if argv and not code.is_dir():
-        # The queue's pruning may have read the records just before these were written and taken the
-        # snapshot meanwhile: take them back before the queue is told of them (nothing queued).
-        for sid in queued:
-            store.remove(sid)
-        print(f"the code snapshot of {argv[1]} was removed while queuing (its retention ended): "
-              f"submit it again from its source", file=sys.stderr, flush=True)
-        return 2
-    for sid in queued if argv else ():
-        store.announce(sid)
+        code = str(store.keep_code(key, Path.cwd()))
+        queued = _put_new(store, specs, lambda spec: key, announce=True)
     print(f"[rayjobs] queued {len(queued)} job(s) at {stamp(time.time())} (code {code})", flush=True)
     if not service_alive(store):
         start_service()
     return 0
+
+
+def code_source(spec: dict[str, Any], default: str) -> str:
+    """The job whose code snapshot ``spec`` runs: its metadata's ``code_of``, else ``default``."""
+    return str((spec.get("metadata") or {}).get(CODE_OF_KEY) or default)
+
+
+def snapshot_keys(store: QueueStore, specs: list[dict[str, Any]], default: str) -> dict[str, str]:
+    """{source job: its snapshot's code key} for every spec (:func:`code_source`), all looked up
+    before anything is written.
+
+    Raises:
+        LookupError: one line -- a source job the queue does not know, or whose snapshot is gone.
+    """
+    keys: dict[str, str] = {}
+    for spec in specs:
+        src = code_source(spec, default)
+        if src not in keys:
+            keys[src] = store.code_of(src)
+    return keys
 
 
 def resolve_after(store: QueueStore, specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -152,16 +171,17 @@ def _resolve_one(token: str, records: dict[str, Any], sweeps: dict[str, list[str
     raise LookupError(f"rayjobs.after={token}: {what}{hint}; `rayjobs list` shows the ids")
 
 
-def _put_new(store: QueueStore, specs: list[dict[str, Any]], key: str, *, announce: bool) -> list[str]:
+def _put_new(store: QueueStore, specs: list[dict[str, Any]], key_of: Callable[[dict[str, Any]], str], *,
+             announce: bool) -> list[str]:
     """Write a waiting record of each job not in the store yet (a retried request queues it once);
-    their ids. ``announce``: tell the queue of each at once, else the caller does
+    their ids. ``key_of``: a spec's code key. ``announce``: tell the queue of each at once, else the caller does
     (:meth:`QueueStore.announce`) once it knows the code is still there."""
     now = time.time()
     queued = []
     for spec in specs:
         if store.exists(spec["submission_id"]):
             continue
-        store.put(record(spec, key, now), new=announce)
+        store.put(record(spec, key_of(spec), now), new=announce)
         queued.append(spec["submission_id"])
     return queued
 

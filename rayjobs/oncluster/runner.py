@@ -381,7 +381,7 @@ def judge(code: int, out: attemptlog.AttemptLog, start_ckpt: Optional[int], meta
     if code == 0:
         at = max(start_ckpt or 0, out.last_step or 0)
         trained = out.last_step is not None and out.last_step > (start_ckpt or 0)
-        val_only = any(a.lstrip("+") == "trainer.val_only=true" for a in argv)
+        val_only = flag(argv, "trainer.val_only")  # verl validated the loaded checkpoint and returned
         if start_ckpt and out.total_steps is not None and at < out.total_steps and not trained and not val_only:
             return failurecause.no_progress(at, out.total_steps)
         return None
@@ -389,6 +389,12 @@ def judge(code: int, out: attemptlog.AttemptLog, start_ckpt: Optional[int], meta
     rewards = [a.split("=", 1)[1].strip("'\"") for a in argv
                if "=" in a and a.split("=", 1)[0].lstrip("+~").endswith("custom_reward_function.path")]
     return failurecause.classify(code, out.tail, reward_files=rewards)
+
+
+def flag(argv: list[str], key: str) -> bool:
+    """Is boolean ``key`` true on verl's command line (its last value, as Hydra takes it)?"""
+    values = [a.partition("=")[2].strip("'\"").lower() for a in argv if a.partition("=")[0].lstrip("+") == key]
+    return bool(values) and values[-1] in ("true", "yes", "on", "1")
 
 
 def fail(cause: Cause, why: str) -> int:

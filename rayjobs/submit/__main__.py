@@ -2,7 +2,7 @@
 
 import os
 
-from rayjobs.submit.pipeline import leave, main
+from rayjobs.submit.app import leave, main
 
 if __name__ == "__main__":
     try:

@@ -1,42 +1,28 @@
-"""``python -m rayjobs.submit +exp=NAME [key=value ...]``: compose, check, submit (a Hydra app).
+"""A submit's two halves: :func:`prepare` (build and check every point's JobSpec; the dry run) and
+:func:`send` (check against the live cluster, queue, record).
 
-Single runs are composed here; ``-m`` sweeps go through Hydra's sweeper into the ``rayjobs``
-launcher (``hydra_plugins/rayjobs_launcher``), which calls the same :func:`prepare` and
-:func:`send`. Dry-run (``rayjobs.dry_run=true``) is exactly :func:`prepare` without :func:`send`.
-
-stdout carries only data: one submission id per line (or the dry-run JSON); chatter goes to stderr.
+``python -m rayjobs.submit`` (:mod:`rayjobs.submit.app`) composes single runs and calls them; ``-m``
+sweeps go through Hydra's sweeper into the ``rayjobs`` launcher (``hydra_plugins/rayjobs_launcher``),
+which calls the same :func:`prepare` and :func:`send`. Dry-run (``rayjobs.dry_run=true``) is exactly
+:func:`prepare` without :func:`send`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import secrets
 import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
-from rayjobs.errors import run_cli
-from rayjobs.submit import compose
 from rayjobs.submit.compose import Composed
 from rayjobs.submit.spec import Context, JobSpec, build_spec, sweep_id
 
 if TYPE_CHECKING:
     from rayjobs.client.dashboard import Dashboard
-
-USAGE = """usage: python -m rayjobs.submit [-m] +exp=NAME [verl.key=value ...] [rayjobs.key=value ...]
-
-Compose a verl experiment (verl's own key names) and submit it as a Ray job.
-  -m, --multirun     sweep: one Ray job per point (a=1,2 b=x,y -> 4 jobs), returns at once
-  --cfg job          print the composed config and exit (Hydra)
-rayjobs keys: dry_run, priority, max_retries, entrypoint, working_dir, address, storage, follow, env
-Experiments: {experiments}
-"""
-
 
 @dataclass(frozen=True)
 class Prepared:
@@ -69,6 +55,12 @@ def varying(points: Sequence[Composed]) -> list[tuple[str, ...]]:
 
 def prepare(points: Sequence[Composed], sweep: bool = False) -> list[Prepared]:
     """The first half of submit: build and check every point's JobSpec. No cluster I/O."""
+    if points[0].cfg.rayjobs.evaluate:  # its jobs are planned from the cluster's records of the points
+        from rayjobs.errors import ConfigError
+
+        raise ConfigError(f"+exp={points[0].experiment} makes one evaluation per job of rayjobs.after, planned from the "
+                          f"cluster's record of each: submit it with python -m rayjobs.submit, or from Python with "
+                          f"rayjobs.evaluate_checkpoints(...)")
     now = datetime.now().astimezone()
     first = points[0].cfg.rayjobs
     wd = os.path.abspath(os.path.expanduser(str(first.working_dir or os.getcwd())))
@@ -172,113 +164,3 @@ def dump_yaml(data: Any) -> str:
             return True
 
     return yaml.dump(data, Dumper=Dumper, sort_keys=False)
-
-
-#: Where run_points puts the ids instead of stdout, while a Python caller asks for them.
-_CALLER_IDS: Optional[list[str]] = None
-
-
-@contextlib.contextmanager
-def ids_to_caller() -> Iterator[list[str]]:
-    """Within it, the ids of what is submitted (by Hydra's launcher, for a sweep) go to the list
-    it yields, not to stdout; ``rayjobs.follow`` is not followed."""
-    global _CALLER_IDS
-    saved, _CALLER_IDS = _CALLER_IDS, []
-    try:
-        yield _CALLER_IDS
-    finally:
-        _CALLER_IDS = saved
-
-
-def run_points(points: Sequence[Composed], sweep: bool = False) -> list[str]:
-    """prepare + (dry-run print | send + print ids). Returns the ids (empty for dry-run)."""
-    prepared = prepare(points, sweep=sweep)
-    rj = points[0].cfg.rayjobs
-    if rj.dry_run:
-        print(dry_run_report(prepared))
-        if rj.preflight:
-            print(f"rayjobs: dry run: {len(prepared)} job(s) checked as a submit checks them, nothing submitted; "
-                  f"not checked without the cluster: its Ray/verl versions and the per-node GPU fit", file=sys.stderr)
-        else:
-            print(f"rayjobs: dry run: {len(prepared)} job(s), NOT checked (rayjobs.preflight=false), nothing submitted",
-                  file=sys.stderr)
-        return []
-    if not rj.preflight:
-        print("rayjobs: warning: rayjobs.preflight=false, the config was not checked", file=sys.stderr)
-    ids = send(prepared, address=rj.address)
-    if _CALLER_IDS is not None:  # the Python API (rayjobs.api.submit_sweep) takes the ids itself
-        _CALLER_IDS.extend(ids)
-        return ids
-    for jid in ids:
-        print(jid, flush=True)
-    if len(ids) == 1:
-        print(f"rayjobs: submitted; follow it with: rayjobs tail {ids[0]}", file=sys.stderr)
-    else:
-        print(f"rayjobs: submitted {len(ids)} jobs (sweep {prepared[0].spec.metadata['sweep']}); "
-              f"see them with: rayjobs list --sweep {prepared[0].spec.metadata['sweep']}", file=sys.stderr)
-    if rj.follow and len(ids) == 1:
-        from rayjobs.views import jobtail
-
-        code = jobtail.follow(ids[0], address=rj.address, address_from="rayjobs.address")
-        raise SystemExit(code)
-    return ids
-
-
-def _main(argv: Sequence[str]) -> int:
-    from hydra._internal.utils import get_args_parser
-
-    args = get_args_parser().parse_args(list(argv))
-    if args.help or args.hydra_help:
-        print(USAGE.format(experiments=", ".join(compose.experiments())))
-        return 0
-    if args.multirun:
-        hydra = compose.make_hydra()
-        with compose.translate_errors(args.overrides):
-            hydra.multirun(config_name=compose.CONFIG_NAME, task_function=no_task, overrides=list(args.overrides))
-        return 0
-    c = compose.compose(args.overrides)
-    if args.cfg:
-        from omegaconf import OmegaConf
-
-        print(OmegaConf.to_yaml(c.cfg, resolve=bool(args.resolve)))
-        return 0
-    run_points([c])
-    return 0
-
-
-def no_task(cfg: Any) -> None:  # pragma: no cover - the rayjobs launcher never runs tasks locally
-    raise RuntimeError("the rayjobs launcher submits jobs; it never runs the task locally")
-
-
-def main(argv: Optional[Sequence[str]] = None) -> None:
-    """Console entry point."""
-    # Composing builds hundreds of thousands of long-lived OmegaConf nodes; at Python's default
-    # thresholds the collector re-scans them over and over (a third of a 50-point sweep's client
-    # time, measured). Collect less often: same garbage freed, +1 MB peak for 50 points.
-    import gc
-
-    gc.set_threshold(50_000, 20, 100)
-    sys.exit(run_cli(lambda: _main(sys.argv[1:] if argv is None else argv)) or 0)
-
-
-def leave(code: Any) -> None:
-    """Exit without tearing the heap down object by object.
-
-    A 50-point sweep leaves ~50 composed verl configs (millions of small objects); Python's own
-    teardown of them took 2.2 s of a 8 s sweep submit (measured). Everything is on disk or sent by
-    now, so run the exit hooks, flush, and leave.
-    """
-    import atexit
-
-    if code is None:
-        code = 0
-    elif not isinstance(code, int):
-        print(code, file=sys.stderr)
-        code = 1
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    os._exit(code)

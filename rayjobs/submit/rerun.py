@@ -120,12 +120,42 @@ def plan(old: str, meta: Mapping[str, Any], overrides: Sequence[str], *, address
     """
     overrides = [str(o) for o in overrides]
     check_overrides(old, overrides)
-    rec = recorded(old, meta)
+    return plan_from(old, meta, recorded(old, meta), overrides, address=address, dry_run=dry_run)
+
+
+def plan_from(old: str, meta: Mapping[str, Any], rec: Recorded, overrides: Sequence[str], *,
+              address: Optional[str] = None, dry_run: bool = False, tag: Optional[Mapping[str, str]] = None,
+              submission_id: Optional[str] = None, preflight: bool = True) -> RerunPlan:
+    """A new job from ``old``'s recorded config ``rec`` (:func:`recorded`) with ``overrides``, checked.
+
+    The evaluation of a checkpoint (:mod:`rayjobs.submit.evaluate`) is built this way too.
+
+    Args:
+        old: the job whose config and code snapshot the new job takes.
+        meta: its metadata.
+        rec: its config as submitted.
+        overrides: Hydra overrides on that config (already checked by the caller).
+        address: the cluster's address as given (the new job's ``rayjobs.address``).
+        dry_run: mark the plan as a dry run.
+        tag: the new job's metadata that says what it is to ``old`` (default ``rerun_of=<old>``).
+        submission_id: the new job's id (default: a new id, as a submit makes it).
+        preflight: run a submit's preflight on it here (a caller with several runs it once for all).
+
+    Returns:
+        The plan.
+
+    Raises:
+        ConfigError: an override is refused, or the new config fails the checks (one line).
+    """
     cfg = apply(rec.raw, overrides, address=address, dry_run=dry_run)
     merged, preset, notes = merge(old, rec, overrides)
     composed = Composed(cfg=cfg, experiment=rec.experiment, overrides=merged, preset=preset)
-    prepared = Prepared(composed, new_spec(old, meta, composed))
-    pipeline.run_preflight([prepared])
+    spec = new_spec(old, meta, composed, tag=tag)
+    if submission_id:
+        spec = replace(spec, submission_id=submission_id)
+    prepared = Prepared(composed, spec)
+    if preflight:
+        pipeline.run_preflight([prepared])
     return RerunPlan(old, prepared, rec.source, tuple(notes))
 
 
@@ -282,10 +312,10 @@ def merge(old: str, rec: Recorded, overrides: Sequence[str]) -> tuple[tuple[str,
     return tuple(out.values()), preset, notes
 
 
-def new_spec(old: str, meta: Mapping[str, Any], c: Composed) -> Any:
+def new_spec(old: str, meta: Mapping[str, Any], c: Composed, tag: Optional[Mapping[str, str]] = None) -> Any:
     """The new job's JobSpec: a new id as a submit makes it, the old job's git state (it is its
-    code), ``rerun_of`` in its metadata."""
+    code), ``tag`` in its metadata (default ``rerun_of=<old>``)."""
     ctx = Context(now=datetime.now().astimezone(), suffix=secrets.token_hex(2), working_dir=SNAPSHOT_URI.format(old),
                   git_sha=str(meta.get("git_sha") or ""), git_dirty=str(meta.get("git_dirty") or "") == "1")
     spec = build_spec(c, ctx)
-    return replace(spec, metadata=MappingProxyType({**spec.metadata, "rerun_of": old}))
+    return replace(spec, metadata=MappingProxyType({**spec.metadata, **(tag if tag is not None else {"rerun_of": old})}))

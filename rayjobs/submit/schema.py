@@ -48,6 +48,7 @@ class RayjobsConfig:
     preempt_wait_s: float = 900.0
     after: Any = None  #: job/sweep ids: ID, [ID1, ID2] or "ID1,ID2" (normalised by :func:`after_ids`)
     user: str = ""
+    evaluate: bool = False  #: the preset expands into one evaluation per job of ``after`` (eval_checkpoint)
     kind: str = "verl"
     entrypoint: str = "python3 -m verl.trainer.main_ppo"
     args: List[str] = field(default_factory=list)

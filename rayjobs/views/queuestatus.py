@@ -91,3 +91,29 @@ class QueueView:
                 "driver_node_id": (h.get("log") or {}).get("node_id"), "final": h.get("final"), "from_queue": True,
                 "cause": h.get("cause"), "checkpoint_step": h.get("checkpoint_step"),
                 "reaped": h.get("reaped") or []}
+
+
+def all_jobs(d: "Dashboard", view: Any = None) -> list[Any]:
+    """Ray's jobs, plus (as dicts) those the queue holds or finished that Ray does not list: every job
+    of the cluster, as ``list`` and ``status`` see them (one read of Ray's job list and of ``view``)."""
+    view = view or QueueView.read(d)
+    # An entry without metadata for a job the queue finished is the one Ray writes back for a job
+    # pruned from its table while the supervisor was exiting: the queue's history is the truth.
+    # A pre-started job (the queue's standby) is QUEUED while the queue lists it as waiting.
+    jobs: list[Any] = [queue_overlay(j, view) for j in d.list_jobs()
+                       if (j.get("metadata") or j.get("submission_id") not in view.history)
+                       and j.get("submission_id") not in view.waiting]
+    in_ray = {j.get("submission_id") for j in jobs}
+    jobs += [view.as_job(i) for i in sorted(view.ids() - in_ray)]
+    return jobs
+
+
+def queue_overlay(job: dict[str, Any], view: Any) -> dict[str, Any]:
+    """A Ray job (dict) as the queue sees it: a preempted run that Ray shows STOPPED is QUEUED
+    (going back to its place in line); a run being preempted carries ``preempting_for``."""
+    sid = job.get("submission_id")
+    if view.holds(sid):
+        return dict(job, status="QUEUED", end_time=None, preempted={"by": view.preempted[sid].get("by")},
+                    message="preempted: going back to its place in the queue")
+    by = view.preempting_for(sid)
+    return dict(job, preempting_for=by) if by else job

@@ -17,13 +17,15 @@ It behaves like verl where rayjobs depends on it:
 Knobs: ``+fake.steps`` (default 5), ``+fake.step_s`` (0.05), ``+fake.fail_at`` (step to crash at,
 once per run dir), ``+fake.hold_gpus`` (false), ``+fake.hold_s`` (extra seconds holding the PGs),
 ``+fake.score_offset`` (0.0, added to the score/reward curves so sweep points differ in plots),
-``+fake.score_peak=K`` (the score rises until step K, then falls by 0.05 a step: its best is not its last).
+``+fake.score_peak=K`` (the score rises until step K, then falls by 0.05 a step: its best is not its last),
+``+fake.gate=PATH`` (hold before the first step until PATH exists, at most 300 s: the test says when to go on).
 Faults: ``+fake.fail_every=K`` (crash at each K-th step, once each), ``+fake.die_in_save=N``
 (SIGKILL itself in the middle of the save of step N, once), ``+fake.zero_on_resume`` (a resume
 exits 0 before any step, as verl at an epoch boundary), ``+fake.reward_error`` (the user's
 ``custom_reward_function.path`` raises at step 2), ``+fake.config_error`` (omegaconf's error at start).
 ``trainer.val_only=true`` validates at the step it loaded (``resume_mode=resume_path`` with a
-``global_step_N`` path, or the tracker) and exits 0, logging ``val-core/...`` at that step, as verl.
+``global_step_N`` path, or the tracker) and exits 0, logging ``val-core/...`` at that step (file and
+console), as verl; with ``trainer.val_before_train=false`` it trains, as verl does.
 ``+fake.actors`` (false; with ``+fake.hold_gpus=true``): one tiny actor per placement-group bundle,
 which every step waits on, as verl's driver waits on its workers: a worker node that dies makes the
 step raise ``ray.exceptions.ActorDiedError`` (traceback, exit 1), as in verl.
@@ -193,6 +195,21 @@ def save(ckpt_dir: str, tracker: str, step: int, args: dict[str, str]) -> None:
     say(f"local_global_step_folder: {folder}")
 
 
+#: ``+fake.gate``: the longest a trainer waits for its gate file (then it trains anyway).
+GATE_MAX_S = 300.0
+
+
+def wait_for_gate(path: str) -> None:
+    """``+fake.gate=PATH``: hold before the first step until PATH exists (a test decides when the
+    run goes on), at most :data:`GATE_MAX_S` s."""
+    if not path:
+        return
+    say(f"waiting for the gate {path}")
+    deadline = time.monotonic() + GATE_MAX_S
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
 def main() -> int:
     args = parse(sys.argv[1:])
     if args.get("fake.config_error", "false").lower() == "true":
@@ -219,6 +236,8 @@ def main() -> int:
     resume_from = args.get("trainer.resume_from_path", "")
     if args.get("trainer.resume_mode") == "resume_path" and resume_from:  # verl: a concrete global_step_N
         assert "global_step_" in resume_from, "resume ckpt must specify the global_steps"
+        if not os.path.isdir(resume_from):  # verl's load_checkpoint fails on a folder that is not there
+            raise FileNotFoundError(f"checkpoint folder {resume_from} does not exist")
         start = int(resume_from.rstrip("/").split("global_step_")[-1])
         say(f"Resuming from {resume_from}")
     elif tracker and os.path.exists(tracker):
@@ -231,13 +250,17 @@ def main() -> int:
     say("wandb: 🚀 View run at https://wandb.ai/rl-team/verl_examples/runs/fake" + str(PID))
     if start and args.get("fake.zero_on_resume", "false").lower() == "true":
         return 0  # verl resuming at an epoch boundary: no step, exit 0 (verl-project/verl#7401)
-    if args.get("trainer.val_only", "false").lower() == "true":  # verl: validate at the loaded step, log, return
+    # verl (RayPPOTrainer.fit): with val_before_train (default true) validate at the loaded step, log it,
+    # and with val_only return there; val_only without val_before_train trains as usual.
+    if args.get("trainer.val_only", "false").lower() == "true" and args.get("trainer.val_before_train", "true").lower() == "true":
         val = {"val-core/openai/gsm8k/reward/mean@1": 0.1 + 0.8 * start / steps + float(args.get("fake.score_offset", 0))}
         say(f"Initial validation metrics: {val}")
+        say(" - ".join([f"step:{start}"] + [f"{k}:np.float64({v})" for k, v in val.items()]))  # the console logger
         if mf:
             mf.write(json.dumps({"step": start, "data": val}).encode() + b"\n")
             mf.flush()
         return 0
+    wait_for_gate(args.get("fake.gate", ""))
     for step in range(start + 1, steps + 1):
         time.sleep(step_s)
         if actors:
