@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # On the GPU machine, repo root as cwd, as the last call of the chain (docs/gpu-e2e.md):
 #   bash scripts/gpu/device_run.sh [MODE] [extra rayjobs/verl overrides...]
-# MODE: suite (default: everything issue 7 asks for, see scripts/gpu/suite.sh),
+# MODE: suite (default: the sweep, tail, crash + resume, plot of issue 7, see scripts/gpu/suite.sh),
+#       resume (docs/gpu-e2e.md §2 alone: one job, its TaskRunner killed after its step-3
+#       checkpoint, attempt 2 resumes; tail on a pty, status, plot),
 #       both (one rayjobs submit, then the same verl command through plain `ray job submit`),
 #       rayjobs, plain, setup (install + model/data + head only).
 # Unpacks the bundle, makes the tiny model and data, starts rayjobs' embedded Ray head on
@@ -11,7 +13,7 @@
 # Time-boxed: the whole script stays under $LIMIT seconds (default 560; a device call may run 600).
 set -uo pipefail
 T0=$(date +%s)
-LIMIT=${LIMIT:-540}
+LIMIT=${LIMIT:-560}
 MODE=${1:-suite}; shift || true
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 W=${W:-/root/work}; mkdir -p $W
@@ -74,6 +76,33 @@ gpu_free() {  # the previous job's actors exit with its driver; give Ray a momen
 
 if [ "$MODE" = suite ]; then
   source scripts/gpu/suite.sh "$@"
+  collect
+  mark "done"
+  exit 0
+fi
+
+if [ "$MODE" = resume ]; then   # §2: a crash after a checkpoint, and the retry that resumes from it
+  RJ="python3 -m rayjobs.cli"
+  mark "one job: 6 steps, a checkpoint every 3, one retry"
+  python3 -m rayjobs.submit +exp=gpu_tiny_grpo rayjobs.max_retries=1 trainer.total_training_steps=6 \
+    trainer.save_freq=3 "$@" > $W/resume-id.txt 2> $W/resume-submit.err; cat $W/resume-submit.err
+  J=$(cat $W/resume-id.txt); [ -n "$J" ] || { echo "nothing was submitted"; exit 1; }
+  (  # verl saves the checkpoint before it logs the step: once step:3 is logged, kill -9 the TaskRunner
+    for _ in $(seq 1 200); do $RJ logs $J 2>/dev/null | grep -q "step:3 - " && break; sleep 2; done
+    sleep 1
+    pids=$(pgrep -f "^ray::TaskRunner")   # anchored: the pattern would also match a shell holding it
+    echo "### [t=$(( $(date +%s) - T0 ))s] crash: kill -9 TaskRunner actor(s) $pids of $J after its step-3 checkpoint"
+    [ -n "$pids" ] && kill -9 $pids
+  ) &
+  KILLER=$!
+  mark "rayjobs tail $J (live panel on a pty)"
+  timeout $(( $(left) - 40 )) script -qfec "stty cols 150 rows 50; $RJ tail $J" /dev/null > $OUT/resume.tty 2>&1
+  echo "tail exit $?" | tee -a $W/summary.txt
+  kill $KILLER 2>/dev/null
+  $RJ status $J 2>&1 | tee -a $W/summary.txt
+  $RJ logs $J 2>&1 | grep -E "\[rayjobs\]|Resuming|Loaded" | tee -a $W/summary.txt
+  $RJ plot $J -o $OUT/resume.png 2>&1 | tail -2
+  cp $W/summary.txt $OUT/summary.txt
   collect
   mark "done"
   exit 0
