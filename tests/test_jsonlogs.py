@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import rayjobs_cli, rayjobs_submit, wait_terminal, wait_until
-from test_tail import Tail
+from test_tail import Tail, _Follower
 
 from rayjobs.views import jobtail, logparse, steplog
 
@@ -167,26 +167,6 @@ def test_the_end_record_and_a_kept_log_tail_that_starts_mid_attempt():
     assert recs[0]["total_steps"] == 4 and recs[0]["run"] == "r1"
     assert recs[-1]["status"] == "FAILED" and recs[-1]["cause"] == "RuntimeError: fake crash at step 3"
     assert recs[-1]["ts"] == "2026-05-01T12:00:07.000Z"
-
-
-class _Follower:
-    """A narrow stand-in for LogFollower (a stream's bytes and a status), as in test_tail."""
-
-    def __init__(self, items: list, status: str) -> None:
-        self.items, self.job, self.seen = items, {"status": status}, 0
-
-    @property
-    def status(self) -> str:
-        return self.job["status"]
-
-    def quiet_s(self) -> float:
-        return 0.0
-
-    def __iter__(self):
-        for it in self.items:
-            if it:
-                self.seen += len(it)
-            yield it
 
 
 def test_json_view_holds_the_backlog_as_steps_then_prints_live(capsys):
