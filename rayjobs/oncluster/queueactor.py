@@ -62,6 +62,7 @@ FAST_POLL_S, FAST_POLL_EVERY_S = 3.0, 0.02  #: after a job ended, this long this
 STATUS_POLL_S = 0.5  #: ask Ray how the admitted jobs are this often
 HEARTBEAT_S = 1.0
 STANDBY_CALM_S = 2.0  #: no job is pre-started this long after a waiting one was stopped
+PREEMPT_RECHECK_S = 5.0  #: a waiting job that no preemption helps asks again after this (same candidates)
 #: A trainer that left its GPUs (its Ray drivers dead) holds further GPU admissions until its job has
 #: ended and been reaped, but no longer than this (a runner that hangs after its trainer exited). More
 #: than the head's stop grace (RAY_JOB_STOP_WAIT_TIME_S=60): a stopped job's descendants deaf to
@@ -134,6 +135,7 @@ class QueueActor:
         self.admitted: dict[str, _Entry] = {}
         self.reaping: dict[str, _Entry] = {}  #: ended jobs whose leftovers are being ended (reaper)
         self.done: dict[str, str] = {}  #: how every finished job ended (dependencies read it)
+        self._no_victims: dict[str, tuple[float, Any]] = {}  #: a job's last "no preemption helps" and its inputs
         self.quota = policy.quota_from_env()
         self.backfill_s = float(os.environ.get(BACKFILL_ENV, DEFAULT_BACKFILL_S))
         self.retention_s = float(os.environ.get(RETENTION_ENV, DEFAULT_RETENTION_S))
@@ -292,6 +294,7 @@ class QueueActor:
     # ---------------------------------------------------------------- admitted jobs
     def _admit_entry(self, e: _Entry, resume: bool = False) -> None:
         self.waiting.pop(e.req.id, None)
+        self._no_victims.pop(e.req.id, None)
         e.admitted_at = e.admitted_at or float(e.rec.get("admitted_at") or time.time())
         e.unplaced = list(e.req.groups)
         self.admitted[e.req.id] = e
@@ -393,6 +396,7 @@ class QueueActor:
         if cause:
             done["cause"] = cause
         self.done[rec["id"]] = status
+        self._no_victims.pop(rec["id"], None)
         self.store.put(done)
         self.status.append_history(history_row(done))
         self._fast_until = time.monotonic() + FAST_POLL_S
@@ -565,10 +569,17 @@ class QueueActor:
         cands = sorted((a for a in self.admitted.values() if a.req.preemptible and a.req.priority < e.req.priority
                         and a.in_ray and not a.preempting_for and not a.ending_since),
                        key=lambda a: (a.req.priority, -a.admitted_at))
-        chosen = policy.victims(e.req.groups, nodes, reserved, cands, clusterstate.held_by([a.req.id for a in cands])
-                                if cands else {})
-        if not chosen:
+        # The placement-group reads cost GCS queries: a "no" is kept while the candidates are the same
+        # (for PREEMPT_RECHECK_S), not asked again every tick of the loop.
+        seen = (tuple(a.req.id for a in cands), tuple(sorted(e.req.groups)))
+        last = self._no_victims.get(e.req.id)
+        if not cands or (last and last[1] == seen and time.monotonic() - last[0] < PREEMPT_RECHECK_S):
             return False
+        chosen = policy.victims(e.req.groups, nodes, reserved, cands, clusterstate.held_by([a.req.id for a in cands]))
+        if not chosen:
+            self._no_victims[e.req.id] = (time.monotonic(), seen)
+            return False
+        self._no_victims.pop(e.req.id, None)
         for a in chosen:
             self._preempt(a, e.req.id)
         e.note = f"preempting {', '.join(a.req.id for a in chosen)}: starts once they stopped at their next checkpoint"
