@@ -135,12 +135,18 @@ def attempts(run_dir: str) -> dict[int, list[int]]:
 
 
 def training(c: FakeGpuCluster, sid: str) -> bool:
-    """Is ``sid`` admitted and has its current attempt (one per preemption so far) trained a step?"""
+    """Is ``sid`` training now: admitted, its current attempt (one per preemption so far) has logged
+    a step in the last 2.5 steps' time? (The record says "admitted" for a moment after a preempted
+    trainer has exited, until the queue has seen its end: the recent step tells them apart.)"""
     rec = record(c, sid)
     if rec.get("state") != "admitted":
         return False
-    runs = attempts(meta(rec).get("run_dir", "/nonexistent"))
-    return bool(runs.get(int(rec.get("preemptions") or 0) + 1))
+    f = Path(meta(rec).get("run_dir", "/nonexistent")) / f"metrics.{int(rec.get('preemptions') or 0) + 1}.jsonl"
+    try:
+        st = f.stat()
+    except OSError:
+        return False
+    return st.st_size > 0 and time.time() - st.st_mtime < 2.5 * STEP_S
 
 
 def wait_training(c: FakeGpuCluster, ids: list[str], n: int, timeout: float = 180) -> list[str]:
@@ -255,6 +261,7 @@ def preempt_mode(c: FakeGpuCluster, save_freq: int, rounds: int, rng: random.Ran
         pre = victims(c, fill, events, out, cps)
         for r in out:
             r["queued"] = event_at(events, "queued", r["id"])
+            r["preempted"] = any(w == "preempting" and d.endswith(f" for {r['id']}") for _, w, d in events)
     finally:
         cps.close()
     stop_all(c, fill)
@@ -393,7 +400,9 @@ def stats(xs: list[float]) -> str:
 
 
 def to_start(rounds: list[dict[str, Any]], since: str = "t0") -> list[float]:
-    return [r["running"] - r[since] for r in rounds if r.get(since) is not None]
+    """Seconds from ``since`` to the high job's runner running, per round (with preemption: the
+    rounds where it preempted a job; one that found a GPU free is counted apart)."""
+    return [r["running"] - r[since] for r in rounds if r.get(since) is not None and r.get("preempted", True)]
 
 
 def parts(res: dict[str, Any]) -> dict[str, list[float]]:
@@ -433,6 +442,8 @@ def time_table(got: dict[str, Any], a: argparse.Namespace) -> tuple[str, list[st
                     + stats(to_start(res["rounds"], "queued")))
         verdicts.append(f"checkpoint every {iv:g} s: from the submit command's start {verdict(to_start(res['rounds']), iv + 5)}; "
                         f"from the job in the queue {verdict(to_start(res['rounds'], 'queued'), iv + 5)}")
+    free = sum(not r.get("preempted", True) for k in a.intervals for r in got[f"preempt{k}"]["rounds"])
+    verdicts.append(f"rounds whose high job found a GPU free and preempted nothing (left out above): {free}")
     q, r = got["queue"]["rounds"], got["ray"]["rounds"]
     rows.append(f"| rayjobs, jobs of {a.job_s:g} s not preemptible (first in line when a GPU frees): submit command "
                 "start -> running " + stats(to_start(q)))
@@ -453,7 +464,7 @@ def parts_table(got: dict[str, Any], a: argparse.Namespace) -> str:
     names = [("submit", "submit command start -> the queue has the job (compose, checks, upload, enqueue)"),
              ("decide", "-> victim asked to stop at its next checkpoint (the queue's decision)"),
              ("save", "-> the victim's next checkpoint saved (0 if nothing was trained since the last: stops at once)"),
-             ("fire", "-> the victim's runner fires the stop (its watch looks every 0.2 s once asked)"),
+             ("fire", "-> the victim's runner fires the stop (its line in the job's log; the watch looks every 0.2 s once asked)"),
              ("admit", "-> high job admitted (Ray's stop: SIGTERM, the trainer's drivers gone; the queue reaps, admits)"),
              ("start", "-> high job's runner running (pre-started while it waited: the go file)"),
              ("requeue", "(victim) trainer's exit -> back in the queue (Ray's STOPPED, the reap)")]
@@ -557,8 +568,8 @@ Where the time goes (figures: medians for {ivs}):
   interval: a submit at a random moment waits half an interval on average, one at most. A victim
   that trained nothing since its last save stops at once ({at_once} of {len(pre)} rounds here).
 - **The rest is the bound's 5 s.** The queue decides at once ({med('decide')} s). The victim's runner reads
-  the request (a file on the storage root) within 1 s and then looks for the save every 0.2 s: it
-  fires the stop {med('fire')} s after the save. The stop goes through Ray's Jobs API (SIGTERM to the
+  the request (a file on the storage root) within 1 s and then looks for the save every 0.2 s: its
+  "stopping at checkpoint" line shows in the job's log {med('fire')} s after the save. The stop goes through Ray's Jobs API (SIGTERM to the
   trainer's process group: the checkpoint is on disk, nothing is lost); the queue admits the high
   job as soon as the trainer's Ray drivers are gone and what it left on the node is reaped
   ({med('admit')} s), without waiting for Ray to call the victim STOPPED (that comes {med('requeue')} s after the
@@ -569,8 +580,9 @@ Where the time goes (figures: medians for {ivs}):
   in the rows "from the submit command's start", not in those "from the job in the queue"; every
   submit pays it (the submit section above).
 - **Steps redone** ({', '.join(map(str, redo))}): only what the trainer logged between the save and
-  the SIGTERM, with steps of {STEP_S:g} s (more than 0 where the stop took longer than a step, on
-  this shared machine); with verl's steps of minutes, none. Each victim resumed from the checkpoint it stopped at
+  the SIGTERM, with steps of {STEP_S:g} s: more than 0 where the stop through Ray's Jobs API took
+  longer than a step (it competes for the 2 cores with the high job's submit and pre-start); with
+  verl's steps of minutes, none. Each victim resumed from the checkpoint it stopped at
   as a new attempt under the same id and logged every step once past it (the table's last columns);
   the victims were stopped with `rayjobs stop` at the end of each mode (they were made to run on).
 - **The victim's resume waits about 10 s more**: the queue deletes its old run from Ray's job table
