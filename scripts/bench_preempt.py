@@ -579,10 +579,11 @@ Where the time goes (figures: medians for {ivs}):
 - **The submit command** ({med('submit')} s: Hydra composition, checks, upload, the enqueue job) is
   in the rows "from the submit command's start", not in those "from the job in the queue"; every
   submit pays it (the submit section above).
-- **Steps redone** ({', '.join(map(str, redo))}): only what the trainer logged between the save and
-  the SIGTERM, with steps of {STEP_S:g} s: more than 0 where the stop through Ray's Jobs API took
-  longer than a step (it competes for the 2 cores with the high job's submit and pre-start); with
-  verl's steps of minutes, none. Each victim resumed from the checkpoint it stopped at
+- **Steps redone** ({', '.join(map(str, redo))}): only what the trainer logs between the save and
+  the SIGTERM. With steps of {STEP_S:g} s that is a step whenever the stop through Ray's Jobs API takes
+  longer than one (on this machine it competes for the 2 cores with the high job's submit and
+  pre-start; earlier runs of this script here had 1-2 in some rounds); with verl's steps of
+  minutes, none. Each victim resumed from the checkpoint it stopped at
   as a new attempt under the same id and logged every step once past it (the table's last columns);
   the victims were stopped with `rayjobs stop` at the end of each mode (they were made to run on).
 - **The victim's resume waits about 10 s more**: the queue deletes its old run from Ray's job table
