@@ -447,10 +447,10 @@ def time_table(got: dict[str, Any], a: argparse.Namespace) -> tuple[str, list[st
     q, r = got["queue"]["rounds"], got["ray"]["rounds"]
     rows.append(f"| rayjobs, jobs of {a.job_s:g} s not preemptible (first in line when a GPU frees): submit command "
                 "start -> running " + stats(to_start(q)))
-    rows.append("| of which: waiting for one of them to end " + stats(waited(q)))
+    rows.append("| of which: until one of them ended (its runner's exit line, a moment after its GPU is free) " + stats(waited(q)))
     rows.append(f"| Ray PENDING (`ray job submit --entrypoint-num-gpus=1`), jobs of {a.job_s:g} s: command start -> "
                 "entrypoint running " + stats(to_start(r)))
-    rows.append("| of which: waiting for one of them to end " + stats(waited(r)))
+    rows.append("| of which: until one of them ended (Ray's end time of the job) " + stats(waited(r)))
     head = "| mechanism | median s | min s | max s | all (s) |\n|---|---:|---:|---:|---|\n"
     return head + "\n".join(rows), verdicts
 
