@@ -320,15 +320,18 @@ def stop_jobs(job_ids: Sequence[str] = (), *, sweep: Optional[str] = None, wait:
     for i in ids:
         if status.get(i) in TERMINAL:
             say(f"{i} already {status[i]}")
-    # a job admitted but not yet in Ray is stopped by the queue too (Ray would answer "no such job")
+    # a job admitted but not yet in Ray is stopped by the queue too (Ray would answer "no such job"),
+    # and so is one being preempted (or going back in line after it): the queue would take its end
+    # for the preemption's and put it back in line
     queued = [i for i in ids if i in view.waiting or view.handing_to_ray(i)]
     running = [i for i in ids if status.get(i) not in TERMINAL and i not in queued]
+    preempted = [i for i in running if view.preempting_for(i) or view.holds(i)]
     if at_checkpoint:
         by_id = {jobrows.field(j, "submission_id"): j for j in jobs}
         for i in running:
             _check_saves_checkpoints(i, jobrows.meta(by_id[i]))
-    if queued:
-        queuechannel.cancel(d, queued)
+    if queued or (preempted and not at_checkpoint):  # (the stop at a checkpoint tells the queue itself)
+        queuechannel.cancel(d, queued + ([] if at_checkpoint else preempted))
     for line in _redo_lines(d, running, at_checkpoint):
         say(line)
     if running and at_checkpoint:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import re
 import shutil
+import subprocess
+import sys
 import tempfile
 import json
 import time
@@ -148,6 +150,29 @@ def test_resume_continues_a_stopped_job_from_its_checkpoint(cluster, workdir):
     r = rayjobs_cli("resume", bare, "--address", cluster.address)
     assert r.returncode == 2 and "saved no checkpoint to resume from" in r.stderr, r.stderr
     assert not [j for j in cluster.client().list_jobs() if (j.submission_id or "").startswith(bare + "-r")]
+
+
+def test_stop_names_jobs_while_a_plain_ray_driver_is_connected(cluster, workdir):
+    # A plain `ray.init()` program on the cluster (a notebook, a benchmark's probe): Ray lists it as a
+    # job without a submission id. Naming jobs by id or prefix must not trip over it (it crashed
+    # with a TypeError sorting None with the ids).
+    code = f"import ray, time; ray.init(address='{cluster.gcs}'); print('up', flush=True); time.sleep(600)"
+    driver = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                              text=True, env=cluster.env)
+    try:
+        assert driver.stdout.readline().strip() == "up"
+        wait_until(lambda: any(j.submission_id is None and str(j.status) == "RUNNING"
+                               for j in cluster.client().list_jobs()), 60, "Ray to list the plain driver")
+        sid = submit(cluster, "trainer.save_freq=-1", "+fake.steps=400", "+fake.step_s=0.4")
+        wait_until(lambda: steps(log(cluster, sid)), 120, "the first steps")
+        r = stop(cluster, sid[:-1])  # by a prefix of its id
+        assert r.returncode == 0 and r.stdout.strip() == f"{sid} STOPPED", (r.stdout, r.stderr)
+        r = stop(cluster, "no-such-job-xyz")
+        assert r.returncode == 2 and "no job matches 'no-such-job-xyz'" in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    finally:
+        driver.terminate()
+        driver.wait(timeout=30)
 
 
 # --------------------------------------------------------------------------- the watch on its own

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -162,3 +163,37 @@ def test_a_users_quota_holds_while_others_wait(team_cluster, tclient, workdir):
     # first two had ended (then she held 2 again), never beside them.
     first_end = min(tclient.get_job_info(a).end_time for a in alice[:2]) / 1000
     assert admitted_at(tclient, alice[2]) >= first_end - 0.5, (admitted_at(tclient, alice[2]), first_end)
+
+
+def test_a_users_stop_of_a_job_being_preempted_ends_it_not_requeued(team_cluster, tclient, workdir):
+    # A job being preempted (or going back in line after it) that its user stops must end STOPPED:
+    # not be put back in line and resumed (the queue took the user's stop for the preemption's).
+    keep = submit(team_cluster, "trainer.nnodes=1", "trainer.n_gpus_per_node=2", "+fake.steps=400", "+fake.step_s=0.4")
+    pre = ("rayjobs.preemptible=true", "rayjobs.preempt_wait_s=120", "+fake.steps=400", "+fake.step_s=0.4")
+    a = submit(team_cluster, *ONE_GPU, *pre, "trainer.save_freq=20")  # a checkpoint every 8 s
+    wait_until(lambda: admitted_at(tclient, a), 120, "the first preemptible job to start")
+    b = submit(team_cluster, *ONE_GPU, *pre, "trainer.save_freq=1000")  # the youngest; no checkpoint: stops only by force
+    wait_until(lambda: all(admitted_at(tclient, j) for j in (keep, b)), 120, "the cluster to be full")
+    wait_until(lambda: all("step:2 " in tclient.get_job_logs(j) for j in (a, b)), 120, "both to train")
+
+    high1 = submit(team_cluster, *ONE_GPU, "+fake.steps=2", "+fake.step_s=0.2", "rayjobs.priority=10")
+    wait_until(lambda: row(team_cluster, b).get("preempting_for") == high1, 60, "b to be preempted", every=0.2)
+    r = rayjobs_cli("stop", b, "--address", team_cluster.address, "--wait", "120")  # a plain stop, mid-preemption
+    assert r.returncode == 0 and r.stdout.strip() == f"{b} STOPPED", (r.stdout, r.stderr)
+    assert wait_terminal(tclient, high1, timeout=180) == "SUCCEEDED", tclient.get_job_logs(high1)[-1500:]
+
+    high2 = submit(team_cluster, "trainer.nnodes=1", "trainer.n_gpus_per_node=2", "+fake.steps=2", "+fake.step_s=0.2",
+                   "rayjobs.priority=10")  # b's GPU (free) and a's
+    wait_until(lambda: row(team_cluster, a).get("preempting_for") == high2, 60, "a to be preempted", every=0.2)
+    r = rayjobs_cli("stop", a, "--at-checkpoint", "--address", team_cluster.address, "--wait", "120")
+    assert r.returncode == 0 and r.stdout.strip() == f"{a} STOPPED", (r.stdout, r.stderr)
+    assert wait_terminal(tclient, high2, timeout=180) == "SUCCEEDED", tclient.get_job_logs(high2)[-1500:]
+    time.sleep(15)  # longer than the queue waits before it would submit a requeued job's id again
+    for j in (a, b):  # ended there: STOPPED, one attempt, never back in line nor resumed
+        got = row(team_cluster, j)
+        assert got["status"] == "STOPPED" and got.get("redo_steps") is None, got
+        assert str(tclient.get_job_status(j)).endswith("STOPPED")
+        assert len(steps_of(json.loads(json.dumps(tclient.get_job_info(j).metadata))["run_dir"])) == 1
+        assert "Resuming from" not in tclient.get_job_logs(j)
+    assert "stopping at checkpoint: checkpoint step" in tclient.get_job_logs(a)  # a ended at its checkpoint
+    rayjobs_cli("stop", keep, "--address", team_cluster.address)

@@ -33,13 +33,14 @@ def warm_up() -> None:
 
 
 def resolve_prefix(prefix: str, ids: Iterable[str]) -> str:
-    """The one id of ``ids`` that is ``prefix`` or starts with it (an exact id wins).
+    """The one id of ``ids`` that is ``prefix`` or starts with it (an exact id wins). A job without
+    an id (a plain ``ray.init()`` driver: Ray lists it with none) is skipped.
 
     Raises:
         NoSuchJob: nothing matches (the closest ids are named).
         JobNotFound: several match.
     """
-    ids = sorted(set(ids))
+    ids = sorted({i for i in ids if i})
     if prefix in ids:
         return prefix
     hits = [i for i in ids if i.startswith(prefix)]

@@ -1,9 +1,10 @@
 """``python3 -m rayjobs.oncluster.control (cancel ID... | stop-at-checkpoint T ID... | revive)``: the laptop's requests to the queue.
 
 Like :mod:`rayjobs.oncluster.enqueue`, a tiny Ray job (the Jobs API is the laptop's only way in).
-``cancel`` leaves a request in the store for each waiting job to stop (the queue drops it within a
-tick; it never starts); ``stop-at-checkpoint`` leaves one in each running job's run dir, which its
-runner acts on (:mod:`rayjobs.oncluster.checkpointwatch`); ``resume`` queues an ended job's
+``cancel`` leaves a request in the store for each job to stop (the queue drops a waiting one within a
+tick: it never starts; it stops a running one through Ray: it ends, even if it was being preempted);
+``stop-at-checkpoint`` leaves one in each running job's run dir, which its runner acts on
+(:mod:`rayjobs.oncluster.checkpointwatch`), and tells the queue that the job ends there; ``resume`` queues an ended job's
 record again under a new id (same run, same code snapshot); ``revive`` starts the queue if it is not running (after the head's Ray was
 restarted by hand, say) -- the queue then reloads the backlog from the store.
 """
@@ -79,6 +80,7 @@ def stop_at_checkpoint(store: QueueStore, timeout_s: float, ids: list[str]) -> i
         run_dir = ((rec.get("spec") or {}).get("metadata") or {}).get("run_dir")
         if run_dir:
             ask_stop(Path(run_dir), job_id, timeout_s)
+            store.request("stopping", job_id)  # it ends at that checkpoint, even if a preemption was stopping it too
         else:
             missing.append(job_id)
     if missing:

@@ -108,7 +108,7 @@ class _Entry:
     note: str = ""
     busy: Optional[Future] = None  #: a call to the Jobs API in flight for it (submit, poll, stop)
     in_ray: bool = False  #: its Ray job exists (the submit returned)
-    stop_asked: bool = False  #: a stop came before Ray had the job: stop it once the submit returns
+    stop_asked: bool = False  #: its user stopped it (before Ray had it: stopped once the submit returns)
     ended: str = ""  #: how its Ray job ended (a status, or LOST) while what it left is reaped
     ending_since: float = 0.0  #: (monotonic) its trainer's drivers are dead, its Ray job not ended yet
     early: Optional[Future] = None  #: the reap started as soon as its trainer's drivers were dead
@@ -276,17 +276,37 @@ class QueueActor:
 
     def _take_requests(self) -> None:
         for op, sid in self.store.take_requests():
-            if op != "cancel":
-                continue
-            if sid in self.waiting:
-                e = self.waiting.pop(sid)
-                self.standby.cancel(sid)
-                self._cancelled_at = time.monotonic()
-                self._finish(e.rec, "STOPPED", "stopped while queued: it never started")
-            elif sid in self.admitted and self.admitted[sid].in_ray:
+            if op == "cancel":
+                self._cancel(sid)
+            elif op == "stopping":
+                self._user_stopping(sid)
+
+    def _cancel(self, sid: str) -> None:
+        """The user's stop: a waiting job never starts (or, preempted, never resumes); a running one is
+        stopped through Ray and ends STOPPED, even if it was being preempted."""
+        if sid in self.waiting:
+            e = self.waiting.pop(sid)
+            self.standby.cancel(sid)
+            self._cancelled_at = time.monotonic()
+            self._finish(e.rec, "STOPPED", "stopped while waiting to resume after a preemption" if e.rec.get("preempted")
+                         else "stopped while queued: it never started")
+        elif sid in self.admitted:  # (its submit in flight: a stop now would find no job; it is stopped once Ray has it)
+            self._user_stopping(sid)
+            if self.admitted[sid].in_ray:
                 self.pool.submit(self.d.stop, sid)
-            elif sid in self.admitted:  # its submit is in flight: a stop now would find no job
-                self.admitted[sid].stop_asked = True
+        else:
+            self._user_stopping(sid)
+
+    def _user_stopping(self, sid: str) -> None:
+        """The user's stop of ``sid`` is under way (through Ray, or at its next checkpoint): it ends
+        there. A job being preempted must not go back in line when it stops (:meth:`_settle`)."""
+        if sid in self.admitted:
+            self.admitted[sid].stop_asked = True
+        elif sid in self.reaping:  # already stopped (for a preemption): it is finished, not requeued
+            e = self.reaping[sid]
+            e.rec = {k: v for k, v in e.rec.items() if k != "preempting"}
+        elif sid in self.waiting and self.waiting[sid].rec.get("preempted"):
+            self._cancel(sid)
 
     def _wait(self, rec: dict[str, Any]) -> None:
         self.waiting[rec["id"]] = _Entry(rec, request_from_record(rec))
@@ -350,7 +370,10 @@ class QueueActor:
     # ---------------------------------------------------------------- an ended job's leftovers
     def _ended(self, e: _Entry, outcome: str) -> None:
         """Its Ray job ended (``outcome``: a status) or Ray lost it (LOST): end what it left on the
-        nodes (in the pool), then finish it (:meth:`_settle`). Its GPUs go to no one meanwhile."""
+        nodes (in the pool), then finish it (:meth:`_settle`). Its GPUs go to no one meanwhile. One its
+        user stopped while it was being preempted is finished, not put back in line."""
+        if e.stop_asked and e.rec.get("preempting"):
+            e.rec = {k: v for k, v in e.rec.items() if k != "preempting"}
         if not reaper.enabled():
             self._settle(e.rec, outcome, [], None)
             return
