@@ -13,6 +13,8 @@ import shutil
 import sys
 from pathlib import Path
 
+import pytest
+
 from rayjobs.oncluster import runner
 
 PROBE = "import os; open('started-here', 'w').write(os.getcwd())"
@@ -93,3 +95,69 @@ def test_a_pre_started_runner_holds_until_the_go_file_and_drops_it(tmp_path: Pat
     assert "[rayjobs] admitted after 12.50 s at 2026-12-01 10:00:00.000 UTC, running from" in out
     assert "trainer env has go: False" in out  # the trainer does not inherit the hold
     assert not go.exists()  # taken
+
+
+@pytest.fixture
+def ray_session():
+    """A Ray session dir as Ray 2.x lays it out (``logs/``, ``sockets/raylet``) with a listening
+    raylet socket, and the driver log a runner of it writes to."""
+    import socket
+    import tempfile
+
+    # a short path, as Ray's own (a Unix socket's path is at most 107 bytes; pytest's tmp_path is longer)
+    root = Path(tempfile.mkdtemp(prefix="rs", dir="/tmp"))
+    session = root / "session_2026-12-02_10-00-00_000000_1"
+    (session / "logs").mkdir(parents=True)
+    (session / "sockets").mkdir()
+    raylet = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    raylet.bind(str(session / "sockets" / "raylet"))
+    raylet.listen()
+    yield session, raylet, session / "logs" / "job-driver-job-1.log"
+    raylet.close()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_held_runner_ends_when_its_ray_session_dies(tmp_path: Path, ray_session) -> None:
+    """The GPU machine's head restart: a pre-started job's runner outlived its session and took the
+    admission of its job's next Ray job. Now it ends once its session's raylet is gone, and never
+    starts a trainer, even if a go file appears later."""
+    import json
+    import subprocess
+    import time
+
+    from rayjobs.oncluster import raysession
+
+    session, raylet, log = ray_session
+    assert raysession.own_session(log) == session and raysession.alive(session)
+    go = tmp_path / "job-1.0123.go"
+    env = dict(os.environ, RAYJOBS_STANDBY_GO=str(go),
+               RAY_JOB_CONFIG_JSON_ENV_VAR=json.dumps({"metadata": {"gpu_groups": "[]"}}))
+    with log.open("a") as out:
+        p = subprocess.Popen([sys.executable, "-m", "rayjobs.oncluster.runner", "--", sys.executable, "-c",
+                              "print('TRAINER STARTED')"], env=env, cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT)
+    time.sleep(runner.SESSION_CHECK_S * 2)
+    assert p.poll() is None, log.read_text()  # its session lives: it holds
+    raylet.close()  # the raylet dies; its socket file stays behind, as after a crash
+    assert not raysession.alive(session)
+    assert p.wait(timeout=30) == runner.SESSION_GONE
+    go.write_text("{}")
+    text = log.read_text()
+    assert "this job's Ray session is gone" in text and "TRAINER STARTED" not in text, text
+
+
+def test_a_runner_does_not_retry_once_its_ray_session_is_gone(tmp_path: Path, ray_session) -> None:
+    """A failed attempt whose Ray session died (the head crashed under it) is not retried by this
+    runner: the retry would train outside any Ray job; the revived queue runs the job again."""
+    import json
+    import subprocess
+
+    session, raylet, log = ray_session
+    raylet.close()
+    env = dict(os.environ, RAY_JOB_CONFIG_JSON_ENV_VAR=json.dumps({"metadata": {"max_retries": "2"}}))
+    trainer = "import sys; print('TRAINER RAN', flush=True); sys.exit('RuntimeError: NCCL error: unhandled system error')"
+    with log.open("a") as out:
+        code = subprocess.run([sys.executable, "-m", "rayjobs.oncluster.runner", "--", sys.executable, "-c", trainer],
+                              env=env, cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT, timeout=60).returncode
+    text = log.read_text()
+    assert code == runner.SESSION_GONE, text
+    assert text.count("TRAINER RAN") == 1 and "not retried here: this job's Ray session is gone" in text, text

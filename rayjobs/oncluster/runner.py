@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from rayjobs.oncluster import attemptlog, checkpointwatch, failurecause
+from rayjobs.oncluster import attemptlog, checkpointwatch, failurecause, raysession
 from rayjobs.oncluster.checkpointwatch import CheckpointWatch
 from rayjobs.oncluster.failurecause import Cause
 from rayjobs.shared import JOB_MARK_ENV, STANDBY_GO_ENV, stamp
@@ -197,6 +197,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     if go:
         admission = hold_for_admission(Path(go))
         if admission is None:
+            if not raysession.alive(raysession.own_session()):
+                log(f"this job's Ray session is gone (the head's Ray restarted): not starting here; {REQUEUED}")
+                return SESSION_GONE
             log(f"not admitted within {STANDBY_MAX_S:g} s of being pre-started; the queue starts it again when it fits")
             return STANDBY_EXPIRED
         meta.update(admission)
@@ -211,18 +214,29 @@ def main(argv: Optional[list[str]] = None) -> int:
 #: A pre-started runner gives up after this long (the queue then starts the job cold at admission).
 STANDBY_MAX_S = float(os.environ.get("RAYJOBS_STANDBY_MAX_S", 7 * 86400))
 STANDBY_EXPIRED = 75  #: its exit code then (EX_TEMPFAIL)
+SESSION_GONE = 76  #: a runner whose Ray session died under it (nobody reads it: its job is gone)
+REQUEUED = "the queue runs this job again as a new Ray job"
 GO_POLL_S = 0.01
+SESSION_CHECK_S = 2.0  #: how often a held runner asks whether its Ray session still lives
 
 
 def hold_for_admission(go: Path, max_s: float = STANDBY_MAX_S) -> Optional[dict[str, Any]]:
-    """Wait (bounded by ``max_s``) for the queue's go file; the admission it carries, or None.
+    """Wait (bounded by ``max_s``) for the queue's go file; the admission it carries, or None
+    (also at once when this runner's Ray session died: :mod:`rayjobs.oncluster.raysession`).
 
     A ``stat`` every 10 ms on the head's local disk: nothing heavier runs while the job waits
-    (no Ray import, no connection), and the trainer starts within ~10 ms of the admission.
+    (no Ray import, no connection), and the trainer starts within ~10 ms of the admission. The
+    go file's name is this pre-start's own (the queue makes a new one for each), so a runner left
+    from a Ray session that died never takes the admission of its job's next Ray job.
     """
     deadline, path = time.monotonic() + max_s, str(go)
+    session, next_check = raysession.own_session(), time.monotonic() + SESSION_CHECK_S
     while time.monotonic() < deadline:
         if not os.path.exists(path):  # the cheapest check (~2% of a core at 10 ms with pathlib's read)
+            if time.monotonic() >= next_check:
+                if not raysession.alive(session):
+                    return None
+                next_check = time.monotonic() + SESSION_CHECK_S
             time.sleep(GO_POLL_S)
             continue
         try:
@@ -286,6 +300,10 @@ def run_attempts(argv: list[str], meta: dict[str, Any], base_env: dict[str, str]
             used = 0
         if used >= retries:
             return fail(cause, f"no retry left (rayjobs.max_retries={retries})")
+        if not raysession.alive(raysession.own_session(driver_log)):
+            # the head's Ray died under this attempt: a retry here would train outside any Ray job
+            log(f"not retried here: this job's Ray session is gone (the head's Ray restarted); {REQUEUED}")
+            return SESSION_GONE
         used += 1
         reap_before_retry(str(meta.get("job_submission_id") or ""))
         log(f"retrying ({used}/{retries}); verl resumes from the checkpoint dir (resume_mode=auto)")

@@ -21,6 +21,7 @@ import json
 import os
 import tempfile
 import time
+import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -66,24 +67,27 @@ class Standby:
         self.d, self.pool, self.code_dir, self.cold_submit = dashboard, pool, code_dir, cold_submit
         self.sid: Optional[str] = None
         self.submitted: Optional[Future] = None  #: resolves to True once Ray has the job
+        self.go: Optional[Path] = None  #: the pre-started runner's go file
         self.dir = go_dir()
 
     def go_path(self, sid: str) -> Path:
-        return self.dir / f"{sid}.go"
+        """A go file of this pre-start's own. Never one per job id: a runner left waiting from a
+        Ray session that died (the head's Ray restarted) polls the old name and must not take
+        the admission of the job's next Ray job (seen: two trainers on one GPU)."""
+        return self.dir / f"{sid}.{uuid.uuid4().hex[:12]}.go"
 
     def offer(self, rec: dict[str, Any]) -> bool:
         """Pre-start ``rec``'s job unless one is pre-started already (or the switch is off)."""
         if self.sid is not None or not enabled() or not eligible(rec):
             return False
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.go_path(rec["id"]).unlink(missing_ok=True)
-        self.sid = rec["id"]
-        self.submitted = self.pool.submit(self._submit, rec)
+        self.sid, self.go = rec["id"], self.go_path(rec["id"])
+        self.submitted = self.pool.submit(self._submit, rec, self.go)
         return True
 
-    def _submit(self, rec: dict[str, Any]) -> bool:
+    def _submit(self, rec: dict[str, Any], go: Path) -> bool:
         try:
-            self.d.submit(standby_kwargs(rec, self.code_dir(rec["code"]), self.go_path(rec["id"])))
+            self.d.submit(standby_kwargs(rec, self.code_dir(rec["code"]), go))
             return True
         except Exception:  # noqa: BLE001 (the job is then started cold at admission)
             return False
@@ -91,18 +95,18 @@ class Standby:
     def take(self, rec: dict[str, Any]) -> Optional[Future]:
         """If ``rec``'s job is the pre-started one, let it go: a future of ("ok" | "error", message)
         as the cold submit gives; else None (the caller submits it)."""
-        if rec["id"] != self.sid or self.submitted is None:
+        if rec["id"] != self.sid or self.submitted is None or self.go is None:
             return None
-        submitted, self.sid, self.submitted = self.submitted, None, None
-        return self.pool.submit(self._go, rec, submitted)
+        submitted, go, self.sid, self.submitted, self.go = self.submitted, self.go, None, None, None
+        return self.pool.submit(self._go, rec, submitted, go)
 
-    def _go(self, rec: dict[str, Any], submitted: Future) -> tuple[str, str]:
+    def _go(self, rec: dict[str, Any], submitted: Future, go: Path) -> tuple[str, str]:
         ok = bool(submitted.result())
         if ok and self._status(rec["id"]) in ("PENDING", "RUNNING"):
             from rayjobs.oncluster.store import write_atomic
 
             meta = submit_kwargs(rec, self.code_dir(rec["code"]))["metadata"]
-            write_atomic(self.go_path(rec["id"]), json.dumps({k: meta[k] for k in ADMISSION_KEYS if k in meta}).encode())
+            write_atomic(go, json.dumps({k: meta[k] for k in ADMISSION_KEYS if k in meta}).encode())
             return "ok", ""
         self._forget(rec["id"])  # its runner gave up or Ray refused it: start it the usual way
         return self.cold_submit(rec)
@@ -111,7 +115,7 @@ class Standby:
         """The pre-started job was stopped while waiting: stop its Ray job too (it never trains)."""
         if sid != self.sid or self.submitted is None:
             return
-        submitted, self.sid, self.submitted = self.submitted, None, None
+        submitted, self.sid, self.submitted, self.go = self.submitted, None, None, None
         self.pool.submit(lambda: submitted.result() and self.d.stop(sid))
 
     def adopt(self, waiting: dict[str, Any]) -> None:
@@ -125,8 +129,9 @@ class Standby:
             sid, status = j.get("submission_id"), str(j.get("status"))
             if status in TERMINAL or sid not in waiting:
                 continue
-            if self.sid is None:
-                self.sid, self.submitted = sid, Future()
+            go = ((j.get("runtime_env") or {}).get("env_vars") or {}).get(STANDBY_GO_ENV)
+            if self.sid is None and go:
+                self.sid, self.submitted, self.go = sid, Future(), Path(go)
                 self.submitted.set_result(True)
             else:
                 self.pool.submit(self.d.stop, sid)
