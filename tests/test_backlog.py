@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -195,6 +196,79 @@ def test_head_restart_keeps_the_queue_and_resumes_the_running_job(one_node):
     st = rayjobs_cli("status", doomed, "--address", c.address)
     assert "status: FAILED (cluster restarted)" in st.stdout, st.stdout + st.stderr
     assert doomed not in {j.submission_id for j in client.list_jobs()}  # never resubmitted
+
+
+def runners_of(sid: str) -> list[int]:
+    """PIDs of rayjobs runners (``python3 -m rayjobs.oncluster.runner``) of job ``sid`` on this host
+    (its command line names the job: the trainer's experiment_name)."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes()
+            if b"rayjobs.oncluster.runner" in cmd and sid.encode() in cmd:
+                found.append(int(d.name))
+        except OSError:
+            continue
+    return found
+
+
+def test_a_crashed_heads_runners_never_act_in_the_new_session(one_node):
+    """The head's Ray killed hard (its own processes by PID, as restart_head on the GPU machine
+    does): the old session's job runners live on. The held runner of the pre-started job must not
+    take its job's next admission (seen on the H200: two trainers for one GPU, the second failed
+    'Total available GPUs 0'), and the running job's runner must not retry outside any Ray job."""
+    from rayjobs.client import headprocs
+
+    c = one_node
+    ckpt = ["trainer.save_freq=2", "+fake.step_s=1.0", "rayjobs.max_retries=2", "+fake.hold_gpus=true"]
+    running = submit(c, "+exp=fake_ppo", *WHOLE, "+fake.steps=10", *ckpt)[0]
+    queued = submit(c, "+exp=fake_ppo", *WHOLE, "+fake.steps=2", "+fake.hold_gpus=true")[0]
+    wait_until(lambda: "local_global_step_folder" in _log(c, running), 120, "a checkpoint of the running job")
+    wait_until(lambda: standby_in_ray(c) == [queued], 90, "the waiting job to be pre-started")
+    wait_until(lambda: runners_of(queued), 60, "the pre-started job's runner to hold")
+    old_runners = {sid: runners_of(sid) for sid in (running, queued)}
+    assert all(old_runners.values()), old_runners
+    tail = subprocess.Popen([sys.executable, "-m", "rayjobs.cli", "tail", running, "--plain", "--address", c.address],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    tailed: list[str] = []
+    reader = threading.Thread(target=lambda: tailed.extend(tail.stdout), daemon=True)
+    reader.start()
+    wait_until(lambda: any("checkpoint saved: step" in ln for ln in tailed), 60, "the tail to follow the job")
+    # a crash of the head's Ray: only the processes that name its temp dir (gcs, raylet, dashboard..)
+    head = headprocs.pids_naming(str(c.root / "ray0"))
+    for pid in head:
+        os.kill(pid, signal.SIGKILL)
+    c.start()
+    r = rayjobs_cli("list", "--json", "--address", c.address, timeout=180)  # brings the queue back
+    assert r.returncode == 0, r.stderr
+    # the old session's runners end by themselves, without starting anything (a few s: their checks)
+    wait_until(lambda: not any(p in runners_of(s) for s, ps in old_runners.items() for p in ps), 60,
+               f"the old session's runners to end: {old_runners}")
+    client = c.client()
+    assert wait_terminal(client, running, timeout=300) == "SUCCEEDED", _log(c, running)[-2000:]
+    assert wait_terminal(client, queued, timeout=180) == "SUCCEEDED", _log(c, queued)[-2000:]
+    assert "attempt 1 of run" in _log(c, queued), _log(c, queued)[-2000:]  # its only trainer
+    assert [p.name for p in _run_dir(c, queued).glob("metrics.*.jsonl")] == ["metrics.1.jsonl"]
+    # the running job: its attempts are the first one (cut by the crash) and the new session's,
+    # never one started by its old runner after the crash
+    files = sorted(p.name for p in _run_dir(c, running).glob("metrics.*.jsonl"))
+    assert files == ["metrics.1.jsonl", "metrics.2.jsonl"], files
+    # a tail started before the crash follows the job through it to its end
+    try:
+        tail.wait(timeout=120)
+    finally:
+        tail.kill()
+    reader.join(10)
+    out = "".join(tailed)
+    assert tail.returncode == 0 and "attempt 2 of run" in out, out[-3000:]
+
+
+def _run_dir(c: FakeGpuCluster, sid: str) -> Path:
+    """The job's run dir, from its runner's line ``... (try 1/1 of this job; metrics: DIR/metrics.N.jsonl)``."""
+    line = next(ln for ln in _log(c, sid).splitlines() if "metrics: " in ln and "[rayjobs] attempt" in ln)
+    return Path(line.split("metrics: ", 1)[1].rstrip(")")).parent
 
 
 def _log(c: FakeGpuCluster, sid: str) -> str:

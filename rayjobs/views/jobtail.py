@@ -95,6 +95,7 @@ def tail(d: "Dashboard", job_id: str, live: Optional[bool] = None, interval: flo
     then counts steps (the records from the N-th last step on), -1 = all of them.
     """
     from rayjobs.client.logstream import LogFollower
+    from rayjobs.errors import JobNotFound
     from rayjobs.views import logparse
 
     if as_json:
@@ -116,16 +117,17 @@ def tail(d: "Dashboard", job_id: str, live: Optional[bool] = None, interval: flo
     try:
         with view:
             for _ in range(MAX_PREEMPTIONS):
-                _stream(follower, progress, view, backlog, job_id)
-                by = preempted_by(d, job_id, follower.status)
-                if not by:
+                lost = False
+                try:
+                    _stream(follower, progress, view, backlog, job_id)
+                except JobNotFound:
+                    if not back_in_line(d, job_id):
+                        raise
+                    lost = True
+                start = _next_run(d, job_id, follower.status, follower.seen, lost)
+                if start is None:
                     break
-                # Stopped at a checkpoint for a job of higher priority: it waits at its place and
-                # resumes from there as a new attempt, under the same id and log (appended).
-                _say(f"{job_id} PREEMPTED by {by}: stopped at its checkpoint; it waits in the queue and resumes from there")
-                if wait_until_in_ray(d, job_id, after_preemption=True) is not None:
-                    break
-                follower = LogFollower(d, job_id, interval=interval, outage_s=outage, say=_say, start=follower.seen)
+                follower = LogFollower(d, job_id, interval=interval, outage_s=outage, say=_say, start=start)
                 backlog = _Backlog(None)
     except KeyboardInterrupt:
         follower.close()
@@ -215,6 +217,41 @@ def preempted_by(d: "Dashboard", job_id: str, status: str) -> Optional[str]:
         return str((view.preempted.get(job_id) or {}).get("by") or
                    ((view.waiting.get(job_id) or {}).get("preempted") or {}).get("by") or "a job of higher priority")
     return view.preempting_for(job_id)
+
+
+def _next_run(d: "Dashboard", job_id: str, status: str, seen: int, lost: bool) -> Optional[int]:
+    """After a run's stream ended: the bytes of the job's log to skip when its next run starts
+    (after a preemption or a restart of the head's Ray), or None when the job is over."""
+    if lost:  # a new Ray job table; the queue put the job back in line: a new driver log, from byte 0
+        _say(f"{job_id}: the head's Ray restarted and lost this run; the queue holds the job again: "
+             "it resumes from its last checkpoint as a new attempt")
+        return None if wait_until_in_ray(d, job_id) is not None else 0
+    by = preempted_by(d, job_id, status)
+    if not by:
+        return None
+    # Stopped at a checkpoint for a job of higher priority: it waits at its place and resumes from
+    # there as a new attempt, under the same id and log (appended).
+    _say(f"{job_id} PREEMPTED by {by}: stopped at its checkpoint; it waits in the queue and resumes from there")
+    return None if wait_until_in_ray(d, job_id, after_preemption=True) is not None else seen
+
+
+def back_in_line(d: "Dashboard", job_id: str, every: float = 0.5) -> bool:
+    """Does the queue hold ``job_id`` (waiting, admitted or preempted)? Asked when Ray stopped knowing
+    a job we followed; the queue, revived by this very read after a restart of the head's Ray, may
+    need a moment to reload its backlog: asked again for up to :data:`GONE_S` seconds."""
+    from rayjobs.views.queuestatus import QueueView
+
+    deadline = time.monotonic() + GONE_S
+    while True:
+        try:
+            v = QueueView.read(d, history=False)
+            if job_id in v.waiting or job_id in v.admitted or v.holds(job_id):
+                return True
+        except Exception:  # noqa: BLE001 (the queue not answering yet: asked again)
+            pass
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(every)
 
 
 def wait_until_in_ray(d: "Dashboard", job_id: str, every: float = 0.5, after_preemption: bool = False) -> Optional[str]:
