@@ -59,3 +59,71 @@ def test_shipped_tool_loads_and_scores_as_verls_agent_loop_calls_it():
     assert got["calls"][0][0] == "Current parsed answer='72' reward=1.0"
     # the reply never carries '#### N', which verl's strict outcome reward would read as the final answer
     assert all("####" not in c[0] for c in got["calls"])
+
+
+def test_tiny_multiturn_preset_is_the_tool_preset_at_the_tiny_size(monkeypatch, tmp_path):
+    """+exp=gpu_tiny_multiturn (the GPU machine's run, docs/gpu-e2e.md §9): gsm8k_multiturn_tools'
+    multi-turn keys and working_dir, gpu_tiny_grpo's sizes, the tiny tool model and data, and paths
+    that resolve inside the job's working_dir (rayjobs' scripts/) as on every node."""
+    from omegaconf import OmegaConf
+
+    from rayjobs.submit import compose
+
+    monkeypatch.setenv("RAYJOBS_STORAGE", "/shared/rayjobs")
+    monkeypatch.chdir(tmp_path)  # no user presets
+    cfg = compose.compose(["+exp=gpu_tiny_multiturn"]).cfg
+    c = OmegaConf.to_container(cfg, resolve=True)
+    rollout = c["actor_rollout_ref"]["rollout"]
+    assert rollout["multi_turn"]["enable"] and rollout["multi_turn"]["format"] == "hermes"
+    assert rollout["agent"]["default_agent_loop"] == "tool_agent" and rollout["mode"] == "async"
+    assert (rollout["gpu_memory_utilization"], rollout["n"], c["trainer"]["n_gpus_per_node"]) == (0.2, 8, 1)
+    assert c["data"]["train_batch_size"] == 32 and c["data"]["return_raw_chat"]
+    assert c["actor_rollout_ref"]["model"]["path"] == "/shared/rayjobs/models/tiny-qwen2-tools"
+    assert c["data"]["train_files"] == "/shared/rayjobs/data/arith_tool/train.parquet"
+    workdir = Path(c["rayjobs"]["working_dir"])
+    assert workdir == SCRIPTS
+    assert (workdir / rollout["multi_turn"]["tool_config_path"]).is_file()
+    assert (workdir / c["reward"]["custom_reward_function"]["path"]).is_file()
+    # room for the rendered prompt (the tool schema in the system turn) and a whole episode
+    assert c["data"]["max_prompt_length"] >= 280 and rollout["max_model_len"] >= c["data"]["max_prompt_length"] + c["data"]["max_response_length"]
+
+
+@pytest.mark.skipif(bool(verlcheck.missing_modules()), reason="verl's token builder and tool parser need torch, transformers")
+def test_tiny_tool_template_renders_as_verls_agent_loop_needs(tmp_path):
+    """The tiny tool model's tokenizer (scripts/gpu/tiny_tools.py, no SFT here): verl 0.9.1's
+    Continuous Token builder for qwen2 renders the prompt with the tools and merges a tool call and
+    the tool's reply turn; the hermes parser reads the call back, as ToolAgentLoop does."""
+    import asyncio
+
+    sys.path.insert(0, str(SCRIPTS / "gpu"))
+    try:
+        import tiny_tools
+    finally:
+        sys.path.remove(str(SCRIPTS / "gpu"))
+    from verl.experimental.agent_loop.tool_parser import ToolParser
+    from verl.utils.tokenizer.continuous_token_wiring import create_continuous_token_builder
+
+    tok = tiny_tools.train_tokenizer(tmp_path)
+    rows = tiny_tools.question_rows("train", 4, 0)
+    assert rows[0]["extra_info"]["tools_kwargs"]["calc_gsm8k_reward"]["create_kwargs"]["ground_truth"] == \
+        rows[0]["reward_model"]["ground_truth"]
+    builder = create_continuous_token_builder(tok, hf_model_type="qwen2")
+    tools = tiny_tools.tool_schemas()
+    prompt = builder.build_initial_tokens(rows[0]["prompt"], tools=tools)
+    text = tok.decode(prompt)
+    assert "<tools>\n{" in text and '"calc_gsm8k_reward"' in text and text.endswith("<|im_start|>assistant\n")
+    call = '<tool_call>\n{"name": "calc_gsm8k_reward", "arguments": {"answer": "7"}}\n</tool_call>'
+    gen = tok.encode(call, add_special_tokens=False) + [tok.convert_tokens_to_ids("<|im_end|>")]
+    merged = builder.merge_assistant_tokens(prompt, gen)
+    content, calls = asyncio.run(ToolParser.get_tool_parser("hermes", tok).extract_tool_calls(gen, tools))
+    assert [(c.name, json.loads(c.arguments)) for c in calls] == [("calc_gsm8k_reward", {"answer": "7"})]
+    before = list(rows[0]["prompt"]) + [{"role": "assistant", "content": content}]
+    after = before + [{"role": "tool", "content": "Current parsed answer='7' reward=1.0"}]
+    turn = builder.merge_context_tokens(before, after, merged.token_ids, tools=tools)
+    assert tok.decode(turn.token_ids[len(merged.token_ids):]) == (
+        "\n<|im_start|>user\n<tool_response>\nCurrent parsed answer='7' reward=1.0\n</tool_response><|im_end|>\n"
+        "<|im_start|>assistant\n")
+    # the SFT episodes are the same rendering, whole
+    episode = tiny_tools.episodes(tok, 1, 3)[0]
+    assert episode.count('<tool_call>\n{"name": "calc_gsm8k_reward"') == 1 and "<tool_response>" in episode
+    assert episode.rstrip().endswith("<|im_end|>") and "<|im_start|>assistant\n####" in episode

@@ -11,7 +11,20 @@
 The model starts random, so the reward starts near 0 and can only rise once it learns to emit
 "#### <digits>"; small operands (0..9) keep the answer space tiny.
 
-    python3 scripts/gpu/make_tiny.py OUT        # OUT = the rayjobs storage root, e.g. $RAYJOBS_HOME/storage
+With ``--tools`` it also makes what the tiny multi-turn tool-use run (``+exp=gpu_tiny_multiturn``)
+needs, beside the above:
+
+* ``OUT/models/tiny-qwen2-tools``: the same shape, with Qwen2.5's tool-use chat template (the
+  tools in the system prompt, ``<tool_call>{json}</tool_call>`` from the assistant, the tool's
+  answer as ``<tool_response>`` in a user turn) and a tokenizer trained on such conversations. A
+  random model would never write a tool call, so it is taught the *format* first by a short SFT
+  (a few hundred steps, seconds on a GPU): call ``calc_gsm8k_reward`` with an answer, read the
+  tool's reply, end with ``#### N``. Its answers are mostly wrong, so RL still has work to do.
+* ``OUT/data/arith_tool/{train,test}.parquet``: the arithmetic rows in the layout of
+  ``scripts/prepare_data.py --dataset=gsm8k_tool`` (a system prompt asking for the tool,
+  ``extra_info.need_tools_kwargs`` and ``tools_kwargs.calc_gsm8k_reward.create_kwargs.ground_truth``).
+
+    python3 scripts/gpu/make_tiny.py OUT [--tools]   # OUT = the rayjobs storage root, e.g. $RAYJOBS_HOME/storage
 """
 
 from __future__ import annotations
@@ -83,10 +96,16 @@ def make_model(root: Path) -> None:
 
 
 def main() -> int:
-    root = Path(sys.argv[1] if len(sys.argv) > 1 else ".").resolve()
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    root = Path(args[0] if args else ".").resolve()
     t0 = time.time()
     make_data(root)
     make_model(root)
+    if "--tools" in sys.argv:
+        from tiny_tools import make_tool_data, make_tool_model  # beside this file
+
+        make_tool_data(root)
+        make_tool_model(root)
     print(f"made in {time.time() - t0:.1f} s", flush=True)
     return 0
 

@@ -14,6 +14,10 @@
 #   bash scripts/gpu/team.sh restart   # a job running + one queued; the head's Ray crashes and its node
 #                                      # script runs again; the running one resumes as a new attempt
 #   bash scripts/gpu/team.sh restart-finish   # both to the end; list keeps both ids
+#   bash scripts/gpu/team.sh multiturn # +exp=gpu_tiny_multiturn, a few steps: the tool agent loop calling
+#                                      # the shipped calc_gsm8k_reward tool (docs/gpu-e2e.md §9)
+# preempt, restart and multiturn each start from a bare machine too (install, model and data,
+# cluster, GPU watch: each skipped when already there), so `restart` or `multiturn` can open a session.
 # Everything lands in $OUT (summary.txt, the tails, gpuwatch.txt, the plot, logs.tgz). LIMIT (560 s)
 # bounds each call; a device call may run 600 s.
 set -uo pipefail
@@ -29,9 +33,9 @@ mark() { echo "### [t=$(( $(date +%s) - T0 ))s] $*" | tee -a $W/summary.txt; }
 RJ="python3 -m rayjobs.cli"
 EXP=${EXP:-gpu_tiny_grpo}
 
-if [ "$PHASE" = preempt ] || [ "$PHASE" = restart ]; then
-  [ -n "${SKIP_UNPACK:-}" ] || bash scripts/gpu/unpack.sh install >/dev/null || { echo "unpack failed"; exit 1; }
-fi
+case "$PHASE" in preempt|restart|multiturn)
+  [ -n "${SKIP_UNPACK:-}" ] || bash scripts/gpu/unpack.sh install >/dev/null || { echo "unpack failed"; exit 1; } ;;
+esac
 source scripts/gpu/env.sh
 source scripts/gpu/cluster.sh
 export RAYJOBS_STORAGE=$RAYJOBS_HOME/storage
@@ -59,14 +63,20 @@ rl() { $RJ "$@" 2>&1 | tee -a $W/summary.txt; }
 save() { cp $W/summary.txt $W/tail-*.log $W/gpuwatch.txt "$@" $OUT/ 2>/dev/null; ls $OUT; }
 ids() { mapfile -t IDS < $W/ids.txt; P1=${IDS[0]:-}; P2=${IDS[1]:-}; H=$(cat $W/high.txt 2>/dev/null); S=$(cat $W/sweep.txt 2>/dev/null); }
 
-case "$PHASE" in
-preempt)
+setup() {  # model + data, the cluster, the GPU watch; each only when not already there (idempotent)
   nvidia-smi --query-gpu=index,name,memory.used --format=csv,noheader | tee -a $W/summary.txt
   mark "model + data"
-  [ -f $RAYJOBS_STORAGE/models/tiny-qwen2/config.json ] || python3 scripts/gpu/make_tiny.py $RAYJOBS_STORAGE 2>&1 | grep -v Writing
+  [ -f $RAYJOBS_STORAGE/models/tiny-qwen2-tools/config.json ] ||
+    python3 scripts/gpu/make_tiny.py $RAYJOBS_STORAGE --tools 2>&1 | grep -v Writing | tee -a $W/summary.txt
   mark "cluster: bootstrap/ray_node.py, one node, one GPU"
-  form_cluster
-  setsid nohup python3 scripts/gpu/gpuwatch.py $W/gpuwatch.txt 3000 > /dev/null 2>&1 < /dev/null &
+  form_cluster   # the node script is idempotent: "cluster ready (unchanged)" when it is up
+  [ -s $W/gpuwatch.pid ] && kill -0 $(cat $W/gpuwatch.pid) 2>/dev/null ||
+    { setsid nohup python3 scripts/gpu/gpuwatch.py $W/gpuwatch.txt 3000 > /dev/null 2>&1 < /dev/null & echo $! > $W/gpuwatch.pid; }
+}
+
+case "$PHASE" in
+preempt)
+  setup
   mark "a preemptible 2-point sweep (8 steps, a checkpoint every 2)"
   python3 -m rayjobs.submit -m +exp=$EXP actor_rollout_ref.actor.kl_loss_coef=0.001,0.1 rayjobs.preemptible=true \
     rayjobs.max_retries=1 trainer.total_training_steps=8 trainer.save_freq=2 "$@" > $W/ids.txt 2> $W/submit.err
@@ -126,6 +136,7 @@ finish)
   save
   ;;
 restart)
+  setup
   mark "a job (4 steps, a checkpoint every 2, one retry) and one queued behind it"
   python3 -m rayjobs.submit +exp=$EXP trainer.total_training_steps=4 trainer.save_freq=2 rayjobs.max_retries=1 "$@" \
     > $W/run.txt 2>> $W/summary.txt
@@ -147,6 +158,34 @@ restart-finish)
   $RJ logs $A 2>&1 | grep -E "\[rayjobs\]|Resuming" | tee -a $W/summary.txt
   tar -czf $OUT/logs-restart.tgz --exclude='logs/events' --exclude='python-core-*' -C /tmp/rn0/session_latest logs 2>/dev/null
   save
+  ;;
+multiturn)
+  setup
+  mark "+exp=gpu_tiny_multiturn: the tool agent loop with the shipped tool, 3 steps"
+  # rollout_data_dir: verl writes each step's generations (input, output, score) as JSON lines
+  python3 -m rayjobs.submit +exp=gpu_tiny_multiturn trainer.rollout_data_dir=$W/rollouts "$@" > $W/mt.txt 2>> $W/summary.txt
+  M=$(cat $W/mt.txt); echo "multi-turn job $M" | tee -a $W/summary.txt
+  [ -n "$M" ] || { save; exit 1; }
+  bg_tail $M
+  while [ $(left) -gt 45 ]; do   # to its end (bounded by the call's time)
+    case "$(status_of $M)" in SUCCEEDED|FAILED|STOPPED) break;; esac; sleep 3
+  done
+  rl list; rl status $M
+  $RJ logs $M > $W/$M.log 2>&1
+  grep -E "\[rayjobs\]|Traceback|Error" $W/$M.log | head -40 | tee -a $W/summary.txt
+  # the evidence of tool calls: verl's per-step turn counts (1 turn = no tool call) and one trajectory
+  grep -oE "step:[0-9]+ |num_turns/[a-z]+:[^ ]+|critic/score/mean:[-0-9.]+|response_length/mean:[0-9.]+" $W/$M.log |
+    tr '\n' ' ' | sed 's/step:/\nstep:/g' | tee -a $W/summary.txt; echo
+  python3 scripts/gpu/summarize.py "multiturn=$W/$M.log" >> $W/summary.txt
+  python3 - $W/rollouts <<'PY' | tee -a $W/summary.txt   # what the model wrote: tool calls per step
+import json, pathlib, sys
+for f in sorted(pathlib.Path(sys.argv[1]).glob("*.jsonl"), key=lambda p: int(p.stem) if p.stem.isdigit() else 0):
+    rows = [json.loads(line) for line in f.open()]
+    calls = sum("<tool_call>" in r.get("output", "") for r in rows)
+    print(f"rollouts step {f.stem}: {len(rows)} generations, {calls} with a <tool_call>; first: {rows[0].get('output', '')[:300]!r}")
+PY
+  tar -czf $OUT/logs-mt.tgz --exclude='logs/events' --exclude='python-core-*' -C /tmp/rn0/session_latest logs 2>/dev/null
+  save $W/$M.log
   ;;
 esac
 mark "done ($PHASE)"
