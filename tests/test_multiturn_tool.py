@@ -103,7 +103,11 @@ def test_tiny_tool_template_renders_as_verls_agent_loop_needs(tmp_path):
     from verl.experimental.agent_loop.tool_parser import ToolParser
     from verl.utils.tokenizer.continuous_token_wiring import create_continuous_token_builder
 
-    tok = tiny_tools.train_tokenizer(tmp_path)
+    from transformers import AutoTokenizer, Qwen2Config
+
+    tiny_tools.train_tokenizer(tmp_path)
+    Qwen2Config(vocab_size=600).save_pretrained(tmp_path)  # as the finished model dir: model_type qwen2
+    tok = AutoTokenizer.from_pretrained(tmp_path)  # what verl and vLLM load (a Qwen2Tokenizer then)
     rows = tiny_tools.question_rows("train", 4, 0)
     assert rows[0]["extra_info"]["tools_kwargs"]["calc_gsm8k_reward"]["create_kwargs"]["ground_truth"] == \
         rows[0]["reward_model"]["ground_truth"]
@@ -123,7 +127,10 @@ def test_tiny_tool_template_renders_as_verls_agent_loop_needs(tmp_path):
     assert tok.decode(turn.token_ids[len(merged.token_ids):]) == (
         "\n<|im_start|>user\n<tool_response>\nCurrent parsed answer='7' reward=1.0\n</tool_response><|im_end|>\n"
         "<|im_start|>assistant\n")
-    # the SFT episodes are the same rendering, whole
+    # the SFT episodes are the same rendering, whole, and their tokens start with the prompt's
     episode = tiny_tools.episodes(tok, 1, 3)[0]
+    conv = tiny_tools.conversation(2, 5, 7)
+    whole = tok(tok.apply_chat_template(conv, tools=tools, tokenize=False))["input_ids"]
+    assert whole[:len(first := builder.build_initial_tokens(conv[:2], tools=tools))] == first
     assert episode.count('<tool_call>\n{"name": "calc_gsm8k_reward"') == 1 and "<tool_response>" in episode
     assert episode.rstrip().endswith("<|im_end|>") and "<|im_start|>assistant\n####" in episode

@@ -166,26 +166,61 @@ def sft(model, tok, steps: int, device: str, batch_size: int = 64) -> float:
     return float(loss.detach())
 
 
-def make_tool_model(root: Path, steps: int = 400) -> None:
+def make_tool_model(root: Path, steps: int = 400, batch_size: int = 64) -> None:
     import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 
     d = root / "models" / "tiny-qwen2-tools"
     d.mkdir(parents=True, exist_ok=True)
-    tok = train_tokenizer(d)
-    torch.manual_seed(0)
-    cfg = Qwen2Config(vocab_size=len(tok), hidden_size=256, intermediate_size=512, num_hidden_layers=4,
+    trained = train_tokenizer(d)
+    cfg = Qwen2Config(vocab_size=len(trained), hidden_size=256, intermediate_size=512, num_hidden_layers=4,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-                      tie_word_embeddings=True, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-                      bos_token_id=tok.eos_token_id, torch_dtype="bfloat16")
+                      tie_word_embeddings=True, eos_token_id=trained.eos_token_id, pad_token_id=trained.pad_token_id,
+                      bos_token_id=trained.eos_token_id, torch_dtype="bfloat16")
+    # Taught with the tokenizer verl and vLLM will load: AutoTokenizer on the finished model dir.
+    # Once config.json says qwen2 it builds a Qwen2Tokenizer from our vocab and merges, with Qwen2's
+    # own pre-tokenizer, and encodes the same text into other ids than the tokenizer as trained
+    # (268 tokens for a prompt of 265): the first SFT, done with the latter, taught the model a
+    # token stream the rollout never showed it (docs/gpu-e2e.md §9).
+    cfg.save_pretrained(d)
+    tok = AutoTokenizer.from_pretrained(d)
+    torch.manual_seed(0)
     model = Qwen2ForCausalLM(cfg)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    loss = sft(model, tok, steps, device)
+    loss = sft(model, tok, steps, device, batch_size)
     model.to("cpu").to(torch.bfloat16).save_pretrained(d)
-    prompt = tok.apply_chat_template(conversation(3, 4, 7)[:2], tools=tool_schemas(), tokenize=False,
-                                     add_generation_prompt=True)
-    print("model", d, "vocab", len(tok), f"sft loss {loss:.3f}", "prompt tokens", len(tok(prompt)["input_ids"]),
-          "episode tokens", len(tok(episodes(tok, 1, 7)[0])["input_ids"]), flush=True)
+    print("model", d, "vocab", len(tok), f"sft loss {loss:.3f}", flush=True)
+    print("model check:", check_model(d, device), flush=True)
+
+
+def check_model(d: Path, device: str, n: int = 16) -> str:
+    """What the saved model writes first, loaded from disk as the rollout loads it: how many of ``n``
+    sampled first turns (temperature 1, the test rows' prompts with the tools) hold a tool call
+    that verl's hermes parser would accept (``<tool_call>{json with name, arguments}</tool_call>``)."""
+    import re
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(d)
+    model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32).to(device).eval()
+    calls, text, prompt_len = 0, "", 0
+    for row in question_rows("test", n, 1):
+        enc = tok.apply_chat_template(row["prompt"], tools=tool_schemas(), add_generation_prompt=True,
+                                      return_tensors="pt", return_dict=True)
+        ids = enc["input_ids"].to(device)
+        prompt_len = ids.shape[1]
+        with torch.no_grad():
+            out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True, temperature=1.0,
+                                 max_new_tokens=64, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+        text = tok.decode(out[0][prompt_len:])
+        found = re.search(r"<tool_call>(.*?)</tool_call>", text, re.DOTALL)
+        try:
+            call = json.loads(found.group(1)) if found else {}
+            calls += bool(call.get("name")) and "arguments" in call
+        except ValueError:
+            pass
+    return f"{calls}/{n} sampled first turns hold a tool call (prompt {prompt_len} tokens); the last: {text[:160]!r}"
 
 
 if __name__ == "__main__":  # a look at one rendered episode
