@@ -57,14 +57,15 @@ def rows(split: str, n: int, seed: int, hi: int = 9) -> list[dict]:
     return out
 
 
-def make_data(root: Path) -> None:
+def make_data(root: Path, name: str = "arith", make_rows=rows) -> None:
+    """``root/data/<name>/{train,test}.parquet`` (2048 and 64 rows) from ``make_rows(split, n, seed)``."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    d = root / "data" / "arith"
+    d = root / "data" / name
     d.mkdir(parents=True, exist_ok=True)
     for split, n, seed in (("train", 2048, 0), ("test", 64, 1)):
-        pq.write_table(pa.Table.from_pylist(rows(split, n, seed)), d / f"{split}.parquet")
+        pq.write_table(pa.Table.from_pylist(make_rows(split, n, seed)), d / f"{split}.parquet")
     print("data", d, flush=True)
 
 
@@ -102,9 +103,9 @@ def main() -> int:
     make_data(root)
     make_model(root)
     if "--tools" in sys.argv:
-        from tiny_tools import make_tool_data, make_tool_model  # beside this file
+        from tiny_tools import make_tool_model, question_rows  # beside this file
 
-        make_tool_data(root)
+        make_data(root, "arith_tool", question_rows)
         make_tool_model(root)
     print(f"made in {time.time() - t0:.1f} s", flush=True)
     return 0

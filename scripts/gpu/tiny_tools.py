@@ -88,17 +88,6 @@ def question_rows(split: str, n: int, seed: int) -> list[dict]:
     return out
 
 
-def make_tool_data(root: Path) -> None:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    d = root / "data" / "arith_tool"
-    d.mkdir(parents=True, exist_ok=True)
-    for split, n, seed in (("train", 2048, 0), ("test", 64, 1)):
-        pq.write_table(pa.Table.from_pylist(question_rows(split, n, seed)), d / f"{split}.parquet")
-    print("data", d, flush=True)
-
-
 def conversation(a: int, b: int, guess: int) -> list[dict]:
     """One whole tool-use episode: a call with ``guess``, the tool's reply, the final answer."""
     truth = a + b
