@@ -98,23 +98,25 @@ def test_a_pre_started_runner_holds_until_the_go_file_and_drops_it(tmp_path: Pat
 
 
 @pytest.fixture
-def ray_session():
-    """A Ray session dir as Ray 2.x lays it out (``logs/``, ``sockets/raylet``) with a listening
-    raylet socket, and the driver log a runner of it writes to."""
-    import socket
-    import tempfile
+def ray_session(tmp_path: Path):
+    """A Ray session dir as Ray 2.x lays it out (``logs/``, ``sockets/``), a stand-in for its raylet
+    (a process whose command line names ``--raylet_socket_name=<session>/sockets/raylet``, as
+    Ray's raylet does), and the driver log a runner of it writes to."""
+    import subprocess
+    import time
 
-    # a short path, as Ray's own (a Unix socket's path is at most 107 bytes; pytest's tmp_path is longer)
-    root = Path(tempfile.mkdtemp(prefix="rs", dir="/tmp"))
-    session = root / "session_2026-12-02_10-00-00_000000_1"
+    session = tmp_path / "ray" / "session_2026-12-02_10-00-00_000000_1"
     (session / "logs").mkdir(parents=True)
     (session / "sockets").mkdir()
-    raylet = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    raylet.bind(str(session / "sockets" / "raylet"))
-    raylet.listen()
+    mark = f"--raylet_socket_name={session}/sockets/raylet"
+    raylet = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", mark])
+    for _ in range(500):  # its command line is the new one once it has exec'd (bounded: 5 s)
+        if mark.encode() in Path(f"/proc/{raylet.pid}/cmdline").read_bytes():
+            break
+        time.sleep(0.01)
     yield session, raylet, session / "logs" / "job-driver-job-1.log"
-    raylet.close()
-    shutil.rmtree(root, ignore_errors=True)
+    raylet.kill()
+    raylet.wait()
 
 
 def test_a_held_runner_ends_when_its_ray_session_dies(tmp_path: Path, ray_session) -> None:
@@ -128,7 +130,8 @@ def test_a_held_runner_ends_when_its_ray_session_dies(tmp_path: Path, ray_sessio
     from rayjobs.oncluster import raysession
 
     session, raylet, log = ray_session
-    assert raysession.own_session(log) == session and raysession.alive(session)
+    watch = raysession.SessionWatch(raysession.own_session(log))
+    assert watch.session == session and watch.pid == raylet.pid and watch.alive()
     go = tmp_path / "job-1.0123.go"
     env = dict(os.environ, RAYJOBS_STANDBY_GO=str(go),
                RAY_JOB_CONFIG_JSON_ENV_VAR=json.dumps({"metadata": {"gpu_groups": "[]"}}))
@@ -137,8 +140,9 @@ def test_a_held_runner_ends_when_its_ray_session_dies(tmp_path: Path, ray_sessio
                               "print('TRAINER STARTED')"], env=env, cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT)
     time.sleep(runner.SESSION_CHECK_S * 2)
     assert p.poll() is None, log.read_text()  # its session lives: it holds
-    raylet.close()  # the raylet dies; its socket file stays behind, as after a crash
-    assert not raysession.alive(session)
+    raylet.kill()  # the raylet dies, as in a crash of the head's Ray
+    raylet.wait()
+    assert not watch.alive()
     assert p.wait(timeout=30) == runner.SESSION_GONE
     go.write_text("{}")
     text = log.read_text()
@@ -150,14 +154,19 @@ def test_a_runner_does_not_retry_once_its_ray_session_is_gone(tmp_path: Path, ra
     runner: the retry would train outside any Ray job; the revived queue runs the job again."""
     import json
     import subprocess
+    import time
 
     session, raylet, log = ray_session
-    raylet.close()
     env = dict(os.environ, RAY_JOB_CONFIG_JSON_ENV_VAR=json.dumps({"metadata": {"max_retries": "2"}}))
-    trainer = "import sys; print('TRAINER RAN', flush=True); sys.exit('RuntimeError: NCCL error: unhandled system error')"
+    trainer = ("import sys, time; print('TRAINER RAN', flush=True); time.sleep(3); "
+               "sys.exit('RuntimeError: NCCL error: unhandled system error')")
     with log.open("a") as out:
-        code = subprocess.run([sys.executable, "-m", "rayjobs.oncluster.runner", "--", sys.executable, "-c", trainer],
-                              env=env, cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT, timeout=60).returncode
+        p = subprocess.Popen([sys.executable, "-m", "rayjobs.oncluster.runner", "--", sys.executable, "-c", trainer],
+                             env=env, cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT)
+    time.sleep(1.5)
+    raylet.kill()  # the head's Ray crashes while the attempt runs
+    raylet.wait()
+    code = p.wait(timeout=60)
     text = log.read_text()
     assert code == runner.SESSION_GONE, text
     assert text.count("TRAINER RAN") == 1 and "not retried here: this job's Ray session is gone" in text, text

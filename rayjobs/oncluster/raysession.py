@@ -7,16 +7,17 @@ machine (docs/gpu-e2e.md §7), where a runner held before its trainer (a pre-sta
 waiting after the restart, and started a trainer at the admission of its job's *new* Ray job,
 beside the new runner: two trainers for one GPU, one failed "Total available GPUs 0".
 
-A runner's session is the ``session_*`` dir its driver log (its stdout) lives in; it is alive while
-one of that session's raylet sockets accepts a connection. This reads nothing from Ray, imports no
-Ray module and costs one ``connect`` on a Unix socket, so the held runner can ask every few
-seconds. Whatever cannot be told (stdout not a Ray driver log, no sockets dir) counts as alive:
-only a session known to be dead stops a runner.
+A runner's session is the ``session_*`` dir its driver log (its stdout) lives in. At its start the
+runner finds that session's raylet (the process whose command line names
+``--raylet_socket_name=<session>/sockets/raylet``); the session is alive while that PID still runs
+that raylet. A read of ``/proc/PID/cmdline``: no Ray import, no connection (a ``connect`` to the
+raylet's socket would work too, but the raylet logs every such probe). Whatever cannot be told
+(stdout not a Ray driver log, no raylet found at the start) counts as alive: only a session known to
+be dead stops a runner.
 """
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 from typing import Optional
 
@@ -34,23 +35,40 @@ def own_session(log: Optional[Path] = None) -> Optional[Path]:
     return None
 
 
-def alive(session: Optional[Path]) -> bool:
-    """False only when ``session`` has raylet sockets and none of them accepts a connection."""
-    if session is None:
-        return True
-    sockets = [p for p in (session / "sockets").glob("raylet*") if p.is_socket()]
-    if not sockets:  # not a Ray session laid out as Ray 2.x lays it out: cannot tell
-        return True
-    for path in sockets:  # a crashed raylet leaves its socket file behind: connect() is refused
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.settimeout(2.0)
+def _raylet_mark(session: Path) -> bytes:
+    return f"--raylet_socket_name={session}/sockets/raylet".encode()
+
+
+def raylet_pid(session: Path) -> Optional[int]:
+    """The PID of ``session``'s raylet on this machine, if one runs."""
+    mark = _raylet_mark(session)
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
         try:
-            s.connect(str(path))
+            if mark in (d / "cmdline").read_bytes():
+                return int(d.name)
+        except OSError:
+            continue
+    return None
+
+
+class SessionWatch:
+    """This process's Ray session, told alive or dead by its raylet's PID (found once, at start)."""
+
+    def __init__(self, session: Optional[Path]) -> None:
+        self.session = session
+        self.pid = raylet_pid(session) if session is not None else None
+
+    @classmethod
+    def of_this_process(cls) -> "SessionWatch":
+        return cls(own_session())
+
+    def alive(self) -> bool:
+        """False only when the raylet found at the start no longer runs (its PID gone or reused)."""
+        if self.session is None or self.pid is None:
             return True
-        except (ConnectionRefusedError, FileNotFoundError):
-            continue  # nobody listens there any more
-        except OSError:  # anything else (a timeout, a path too long): cannot tell, so alive
-            return True
-        finally:
-            s.close()
-    return False
+        try:
+            return _raylet_mark(self.session) in Path(f"/proc/{self.pid}/cmdline").read_bytes()
+        except OSError:
+            return False

@@ -190,6 +190,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         print("usage: python3 -m rayjobs.oncluster.runner -- COMMAND [ARGS...]", file=sys.stderr)
         return 2
     meta = job_metadata()
+    _SESSION.append(raysession.SessionWatch.of_this_process())  # its raylet, found while it runs
     go = os.environ.pop(STANDBY_GO_ENV, None)
     base_env = dict(os.environ)  # the trainer's environment: as Ray gave it
     # The queue (rayjobs.oncluster.queueactor) submits a job once its GPUs are free, or pre-starts
@@ -197,7 +198,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     if go:
         admission = hold_for_admission(Path(go))
         if admission is None:
-            if not raysession.alive(raysession.own_session()):
+            if not session_alive():
                 log(f"this job's Ray session is gone (the head's Ray restarted): not starting here; {REQUEUED}")
                 return SESSION_GONE
             log(f"not admitted within {STANDBY_MAX_S:g} s of being pre-started; the queue starts it again when it fits")
@@ -218,6 +219,13 @@ SESSION_GONE = 76  #: a runner whose Ray session died under it (nobody reads it:
 REQUEUED = "the queue runs this job again as a new Ray job"
 GO_POLL_S = 0.01
 SESSION_CHECK_S = 2.0  #: how often a held runner asks whether its Ray session still lives
+_SESSION: list[raysession.SessionWatch] = []  #: this runner's Ray session (set by main)
+
+
+def session_alive() -> bool:
+    """Does the Ray session this runner started in still live (:mod:`rayjobs.oncluster.raysession`)?
+    True when it cannot be told (no watch: the runner's functions called on their own)."""
+    return all(w.alive() for w in _SESSION)
 
 
 def hold_for_admission(go: Path, max_s: float = STANDBY_MAX_S) -> Optional[dict[str, Any]]:
@@ -230,11 +238,11 @@ def hold_for_admission(go: Path, max_s: float = STANDBY_MAX_S) -> Optional[dict[
     from a Ray session that died never takes the admission of its job's next Ray job.
     """
     deadline, path = time.monotonic() + max_s, str(go)
-    session, next_check = raysession.own_session(), time.monotonic() + SESSION_CHECK_S
+    next_check = time.monotonic() + SESSION_CHECK_S
     while time.monotonic() < deadline:
         if not os.path.exists(path):  # the cheapest check (~2% of a core at 10 ms with pathlib's read)
             if time.monotonic() >= next_check:
-                if not raysession.alive(session):
+                if not session_alive():
                     return None
                 next_check = time.monotonic() + SESSION_CHECK_S
             time.sleep(GO_POLL_S)
@@ -300,7 +308,7 @@ def run_attempts(argv: list[str], meta: dict[str, Any], base_env: dict[str, str]
             used = 0
         if used >= retries:
             return fail(cause, f"no retry left (rayjobs.max_retries={retries})")
-        if not raysession.alive(raysession.own_session(driver_log)):
+        if not session_alive():
             # the head's Ray died under this attempt: a retry here would train outside any Ray job
             log(f"not retried here: this job's Ray session is gone (the head's Ray restarted); {REQUEUED}")
             return SESSION_GONE
