@@ -229,6 +229,29 @@ def test_the_watch_fires_at_its_timeout_without_a_checkpoint(tmp_path, monkeypat
     assert fired == ["no new checkpoint within 0.3 s; the steps since the start will be redone"]
 
 
+def test_a_withdrawn_preemption_is_called_off_and_a_users_request_is_not(tmp_path, monkeypatch):
+    """The queue takes back a preemption's request (the job it was for no longer waits): the watch
+    says so and never fires. Withdrawing names the job it was for: a user's request stays."""
+    monkeypatch.setattr(checkpointwatch, "POLL_S", 0.05)
+    lines: list[str] = []
+    fired: list[str] = []
+    w = checkpointwatch.CheckpointWatch(str(tmp_path / "none"), tmp_path, "j", lines.append, fired.append,
+                                        since=time.time() - 1).start()
+    checkpointwatch.ask_stop(tmp_path, "j", 0.6, reason="preempted by hi", by="hi")
+    wait_until(lambda: any(ln.startswith("preempted by hi: stopping once") for ln in lines), 5, "the request", every=0.05)
+    assert not checkpointwatch.withdraw_stop(tmp_path, "j", "other")  # not that preemption's: kept
+    assert not checkpointwatch.withdraw_stop(tmp_path, "k", "hi")  # not that job's
+    assert checkpointwatch.withdraw_stop(tmp_path, "j", "hi")
+    wait_until(lambda: any("called off" in ln for ln in lines), 5, "the call-off", every=0.05)
+    time.sleep(0.9)  # past the request's timeout: it would have fired
+    assert not fired
+    checkpointwatch.ask_stop(tmp_path, "j", 0.3)  # the user's stop at checkpoint: no preemption to withdraw
+    assert not checkpointwatch.withdraw_stop(tmp_path, "j", "hi")
+    wait_until(lambda: fired, 5, "the user's stop at its timeout", every=0.05)
+    w.close()
+    assert fired == ["no new checkpoint within 0.3 s; the steps since the start will be redone"]
+
+
 def test_the_watch_stops_at_once_when_nothing_was_trained_since_the_last_checkpoint(tmp_path, monkeypatch):
     """A preemption (or a stop at checkpoint) right after a save: nothing to lose, so no wait for the
     next one. Steps logged past the checkpoint: it waits, as before."""

@@ -197,3 +197,30 @@ def test_a_users_stop_of_a_job_being_preempted_ends_it_not_requeued(team_cluster
         assert "Resuming from" not in tclient.get_job_logs(j)
     assert "stopping at checkpoint: checkpoint step" in tclient.get_job_logs(a)  # a ended at its checkpoint
     rayjobs_cli("stop", keep, "--address", team_cluster.address)
+
+
+def test_a_preemption_is_called_off_when_the_job_it_was_for_is_stopped(team_cluster, tclient, workdir):
+    # The job a preemption was for, stopped by its user while it waits: the victim trains on, one
+    # attempt, never stopped nor resumed (it stopped at its timeout and went back in line before).
+    keep = submit(team_cluster, "trainer.nnodes=1", "trainer.n_gpus_per_node=2", "+fake.steps=400", "+fake.step_s=0.4")
+    fill = submit(team_cluster, *ONE_GPU, "+fake.steps=400", "+fake.step_s=0.4")
+    # no checkpoint before its end: the stop waits for one, or for the request's 30-s timeout
+    v = submit(team_cluster, *ONE_GPU, "rayjobs.preemptible=true", "rayjobs.preempt_wait_s=30", "+fake.steps=150",
+               "+fake.step_s=0.4", "trainer.save_freq=1000")
+    wait_until(lambda: all(admitted_at(tclient, j) for j in (keep, fill, v)), 120, "the cluster to be full")
+    wait_until(lambda: "step:2 " in tclient.get_job_logs(v), 120, "the victim to train")
+    high = submit(team_cluster, *ONE_GPU, "+fake.steps=2", "+fake.step_s=0.2", "rayjobs.priority=10")
+    wait_until(lambda: f"preempted by {high}: stopping once" in tclient.get_job_logs(v), 60, "the stop to be asked",
+               every=0.2)
+    r = rayjobs_cli("stop", high, "--address", team_cluster.address, "--wait", "60")
+    assert r.returncode == 0 and r.stdout.strip() == f"{high} STOPPED", (r.stdout, r.stderr)
+    wait_until(lambda: "stop at checkpoint called off" in tclient.get_job_logs(v), 60, "the runner to call it off")
+    assert not row(team_cluster, v).get("preempting_for")
+    assert wait_done(team_cluster, v) == "SUCCEEDED", tclient.get_job_logs(v)[-2000:]
+    log = tclient.get_job_logs(v)
+    assert "stopping at checkpoint" not in log and "Resuming from" not in log, log[-2000:]
+    runs = steps_of(json.loads(json.dumps(tclient.get_job_info(v).metadata))["run_dir"])
+    assert runs == {1: list(range(1, 151))}, runs
+    assert row(team_cluster, high)["status"] == "STOPPED"
+    for j in (keep, fill):
+        rayjobs_cli("stop", j, "--address", team_cluster.address)

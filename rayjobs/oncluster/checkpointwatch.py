@@ -86,14 +86,30 @@ def last_logged_step(metrics: Optional[Path]) -> Optional[int]:
     return None
 
 
-def ask_stop(run_dir: Path, job_id: str, timeout_s: float, reason: str = "") -> None:
+def ask_stop(run_dir: Path, job_id: str, timeout_s: float, reason: str = "", by: str = "") -> None:
     """Leave the request (a control job or the queue's preemption calls this on the cluster): stop
-    after the next checkpoint; ``reason`` is said in the job's log ("preempted by X")."""
+    after the next checkpoint; ``reason`` is said in the job's log ("preempted by X"); ``by``: the
+    job a preemption stops it for (what :func:`withdraw_stop` names)."""
     from rayjobs.oncluster.store import write_atomic
 
     run_dir.mkdir(parents=True, exist_ok=True)
-    body = {"job_id": job_id, "asked_at": time.time(), "timeout_s": float(timeout_s), "reason": reason}
+    body = {"job_id": job_id, "asked_at": time.time(), "timeout_s": float(timeout_s), "reason": reason, "by": by}
     write_atomic(run_dir / STOP_MARK, json.dumps(body).encode())
+
+
+def withdraw_stop(run_dir: Path, job_id: str, by: str) -> bool:
+    """Take back a preemption's request (the job it was for no longer waits): the runner, not yet
+    stopping, sees it gone and trains on. A user's request (no ``by``, or another) is left alone.
+    True if the request was there and is gone."""
+    mark = run_dir / STOP_MARK
+    try:
+        req = json.loads(mark.read_text())
+    except (OSError, ValueError):
+        return False
+    if req.get("job_id") != job_id or req.get("by") != by:
+        return False
+    mark.unlink(missing_ok=True)
+    return True
 
 
 class CheckpointWatch:
@@ -177,7 +193,10 @@ class CheckpointWatch:
                 self._fire(f"nothing trained since checkpoint step {step}: nothing to lose")
             return
         deadline, then, timeout = self.asked
-        if step is not None and (then is None or step > then):
+        if self.run_dir is not None and not (self.run_dir / STOP_MARK).exists():
+            self.asked = None  # withdrawn (only a preemption's is: the job it was for no longer waits)
+            self.log("stop at checkpoint called off: the request was withdrawn; training goes on")
+        elif step is not None and (then is None or step > then):
             self._fire(f"checkpoint step {step} saved")
         elif time.monotonic() >= deadline:
             self._fire(f"no new checkpoint within {timeout:g} s; the steps since {'step ' + str(then) if then is not None else 'the start'} will be redone")

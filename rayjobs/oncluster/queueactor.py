@@ -250,6 +250,7 @@ class QueueActor:
         self._take_requests()
         self._collect()
         self._collect_reaped()
+        self._call_off_preemptions()
         if now - self._polled >= STATUS_POLL_S:
             self._polled = now
             self._poll_admitted()
@@ -320,8 +321,9 @@ class QueueActor:
         self.admitted[e.req.id] = e
         if resume:
             e.in_ray = True
-            e.preempting_for = str((e.rec.get("preempting") or {}).get("by") or "")
-            e.preempt_asked = float((e.rec.get("preempting") or {}).get("asked_at") or 0)
+            p = e.rec.get("preempting") or {}
+            e.preempting_for = "" if p.get("called_off") else str(p.get("by") or "")
+            e.preempt_asked = float(p.get("asked_at") or 0)
         else:
             e.rec = dict(e.rec, state=ADMITTED, admitted_at=e.admitted_at, note=e.note)
             self.store.put(e.rec)
@@ -618,13 +620,32 @@ class QueueActor:
         self.store.put(a.rec)
         run_dir = a.metadata().get("run_dir")
         if run_dir and a.metadata().get("checkpoint_dir"):
-            ask_stop(Path(run_dir), a.req.id, a.req.preempt_wait_s, reason=f"preempted by {by}")
+            ask_stop(Path(run_dir), a.req.id, a.req.preempt_wait_s, reason=f"preempted by {by}", by=by)
         else:  # nothing to wait for: no checkpoints to stop at
             a.preempt_forced = True
             self.pool.submit(self.d.stop, a.req.id)
         self._note("preempting", f"{a.req.id} for {by}")
         print(f"[rayjobs] {stamp()} preempting {a.req.id} (priority {a.req.priority}) for {by}: "
               f"stopping it at its next checkpoint (at most {a.req.preempt_wait_s:g} s)", flush=True)
+
+    def _call_off_preemptions(self) -> None:
+        """A job being stopped for one that no longer waits (its user stopped it, or it was admitted on
+        GPUs freed otherwise) trains on: the request is withdrawn before its runner acts on it. The
+        record keeps whom it was for, marked ``called_off``: should the runner have stopped it in
+        that instant, it still goes back in line (a preemption's stop), never ends STOPPED."""
+        from rayjobs.oncluster.checkpointwatch import withdraw_stop
+
+        for a in self.admitted.values():
+            by = a.preempting_for
+            if not by or by in self.waiting or a.preempt_forced or a.stop_asked:
+                continue
+            a.preempting_for = ""
+            a.rec = dict(a.rec, preempting=dict(a.rec.get("preempting") or {}, called_off=time.time()))
+            self.store.put(a.rec)
+            run_dir = a.metadata().get("run_dir")
+            withdrawn = bool(run_dir) and withdraw_stop(Path(run_dir), a.req.id, by)
+            self._note("preemption called off", f"{a.req.id}: {by} no longer waits (withdrawn: {withdrawn})")
+            print(f"[rayjobs] {stamp()} preemption of {a.req.id} called off: {by} no longer waits", flush=True)
 
     def _overdue_preemptions(self) -> None:
         """A preempted job whose runner did not stop it in time (an old runner, a hung trainer): stop it."""
