@@ -16,6 +16,8 @@
 #   bash scripts/gpu/team.sh restart-finish   # both to the end; list keeps both ids
 #   bash scripts/gpu/team.sh multiturn # +exp=gpu_tiny_multiturn, a few steps: the tool agent loop calling
 #                                      # the shipped calc_gsm8k_reward tool (docs/gpu-e2e.md §9)
+#   MT=1 bash scripts/gpu/team.sh restart-finish   # the same, with the multi-turn job submitted first
+#   bash scripts/gpu/team.sh multiturn-finish     # (queued behind the restart's jobs), then waited for here
 # preempt, restart and multiturn each start from a bare machine too (install, model and data,
 # cluster, GPU watch: each skipped when already there), so `restart` or `multiturn` can open a session.
 # Everything lands in $OUT (summary.txt, the tails, gpuwatch.txt, the plot, logs.tgz). LIMIT (560 s)
@@ -72,6 +74,14 @@ setup() {  # model + data, the cluster, the GPU watch; each only when not alread
   form_cluster   # the node script is idempotent: "cluster ready (unchanged)" when it is up
   [ -s $W/gpuwatch.pid ] && kill -0 $(cat $W/gpuwatch.pid) 2>/dev/null ||
     { setsid nohup python3 scripts/gpu/gpuwatch.py $W/gpuwatch.txt 3000 > /dev/null 2>&1 < /dev/null & echo $! > $W/gpuwatch.pid; }
+}
+
+mt_submit() {  # the multi-turn job (its id in $W/mt.txt), a tail of it
+  mark "+exp=gpu_tiny_multiturn: the tool agent loop with the shipped tool, 3 steps"
+  # rollout_data_dir: verl writes each step's generations (input, output, score) as JSON lines
+  python3 -m rayjobs.submit +exp=gpu_tiny_multiturn trainer.rollout_data_dir=$W/rollouts "$@" > $W/mt.txt 2>> $W/summary.txt
+  echo "multi-turn job $(cat $W/mt.txt)" | tee -a $W/summary.txt
+  [ -s $W/mt.txt ] && bg_tail "$(cat $W/mt.txt)"
 }
 
 case "$PHASE" in
@@ -153,20 +163,16 @@ restart)
   ;;
 restart-finish)
   A=$(cat $W/run.txt); B=$(cat $W/queued.txt)
+  [ -z "${MT:-}" ] || mt_submit "$@"   # queued behind A and B: one call less for the session
   wait_status $B SUCCEEDED $(( $(left) - 60 ))
   rl list; rl status $A; rl status $B
   $RJ logs $A 2>&1 | grep -E "\[rayjobs\]|Resuming" | tee -a $W/summary.txt
   tar -czf $OUT/logs-restart.tgz --exclude='logs/events' --exclude='python-core-*' -C /tmp/rn0/session_latest logs 2>/dev/null
   save
   ;;
-multiturn)
-  setup
-  mark "+exp=gpu_tiny_multiturn: the tool agent loop with the shipped tool, 3 steps"
-  # rollout_data_dir: verl writes each step's generations (input, output, score) as JSON lines
-  python3 -m rayjobs.submit +exp=gpu_tiny_multiturn trainer.rollout_data_dir=$W/rollouts "$@" > $W/mt.txt 2>> $W/summary.txt
-  M=$(cat $W/mt.txt); echo "multi-turn job $M" | tee -a $W/summary.txt
-  [ -n "$M" ] || { save; exit 1; }
-  bg_tail $M
+multiturn|multiturn-finish)
+  if [ "$PHASE" = multiturn ]; then setup; mt_submit "$@"; fi
+  M=$(cat $W/mt.txt); [ -n "$M" ] || { save; exit 1; }
   while [ $(left) -gt 45 ]; do   # to its end (bounded by the call's time)
     case "$(status_of $M)" in SUCCEEDED|FAILED|STOPPED) break;; esac; sleep 3
   done
