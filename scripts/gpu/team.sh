@@ -29,7 +29,8 @@ PHASE=${1:-preempt}; shift || true
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 W=${W:-/root/work5}; mkdir -p $W
 ND=${ND:-/root}
-NODES=1; IPS=127.0.0.1
+NODES=${NODES:-1}   # 2 on nvidia-h200-x2: two nodes of one GPU (as nodes2.sh); pass trainer.nnodes=2 to preempt
+IPS=127.0.0.1; [ "$NODES" = 2 ] && IPS=$'127.0.0.1\n127.0.0.2'
 left() { echo $(( LIMIT - ($(date +%s) - T0) )); }
 mark() { echo "### [t=$(( $(date +%s) - T0 ))s] $*" | tee -a $W/summary.txt; }
 RJ="python3 -m rayjobs.cli"
