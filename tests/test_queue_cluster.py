@@ -25,10 +25,20 @@ from rayjobs.client import headprocs
 REPO = Path(__file__).resolve().parent.parent
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port, never one handed out before in this process: a port picked but not yet bound
+    is free again, and the kernel gave it twice (gcs and node manager, 'used by other components')."""
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
+    raise RuntimeError("no free port not handed out already in 100 tries")
 
 
 class FakeGpuCluster:
