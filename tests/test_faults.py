@@ -269,7 +269,9 @@ def test_dashboard_restart_keeps_the_queue_and_the_tail_loses_no_line(one_gpu: A
 
     restart_dashboard(c, pause=2.0)
     after = _rows(c)  # while the first job still runs (it has ~30 s of steps): the queue as it was
-    assert after[running]["status"] == "RUNNING", (after[running], steps_in(tail.stdout)[-1:])
+    # (on a loaded 2-core machine Ray's restarted JobManager once marked it FAILED: its message says why)
+    assert after[running]["status"] == "RUNNING", (after[running].get("message"), after[running].get("error"),
+                                                   steps_in(tail.stdout)[-1:])
     assert [(after[i]["status"], after[i]["queue_position"]) for i in waiting] == [("QUEUED", 1), ("QUEUED", 2)]
 
     assert tail.wait(300) == 0, tail.stderr
