@@ -720,21 +720,17 @@ def metrics_gateway(cfg: Config) -> Optional[str]:
 
 
 def revive_queue(cfg: Config) -> None:
-    """After the head's Ray (re)started: start rayjobs' queue at once when its store holds jobs, so
-    the backlog runs on without waiting for the next rayjobs command (non-fatal, bounded)."""
+    """After the head's Ray (re)started: start rayjobs' queue at once -- its API answers then, and its
+    backlog runs on without waiting for the next rayjobs command (non-fatal, bounded)."""
     try:
-        from rayjobs.oncluster.store import QueueStore
-        from rayjobs.shared import cluster_storage_root
+        import rayjobs.oncluster.queueactor  # noqa: F401
     except ImportError:
-        return
-    store = QueueStore(None) if os.path.isdir(os.path.join(cluster_storage_root(), "queue")) else None
-    if store is None or not any(r.get("state") in ("waiting", "admitted") for r in store.all().values()):
         return
     env = dict(os.environ, RAY_ADDRESS=cfg.gcs)
     try:
-        r = subprocess.run([sys.executable, "-m", "rayjobs.oncluster.control", "revive"], env=env,
+        r = subprocess.run([sys.executable, "-m", "rayjobs.oncluster.queueactor", "start"], env=env,
                            capture_output=True, text=True, timeout=180)
-        log("the queue is back (its backlog reloaded)" if r.returncode == 0 else
+        log("the queue is up (its API on the head's 127.0.0.1; its backlog reloaded)" if r.returncode == 0 else
             f"warning: could not start the queue ({(r.stderr.strip().splitlines() or ['?'])[-1]}); "
             f"the next rayjobs command starts it")
     except (OSError, subprocess.TimeoutExpired) as e:
@@ -783,6 +779,8 @@ def write_ready(cfg: Config, nodes: list[dict[str, Any]], metrics: Optional[str]
         # The head's metrics gateway (loopback; `rayjobs connect` tunnels it), or None, and Ray's
         # temp dir there (Ray writes its Prometheus/Grafana configs under session_latest/metrics).
         "metrics": metrics,
+        # The queue's API, on the head's loopback too (`rayjobs connect` tunnels it).
+        "api": f"127.0.0.1:{int(os.environ.get('RAYJOBS_API_PORT') or 8263)}",
         "ray_temp_dir": ray_temp_dir(cfg),
         "token_path": str(cfg.dir / "auth_token"),
         "storage": cfg.storage or None,

@@ -57,6 +57,18 @@ def did_you_mean(word: str, candidates: Iterable[str], n: int = 3) -> str:
     return f" (did you mean: {', '.join(best)}?)" if best else ""
 
 
+def short_reason(e: BaseException) -> str:
+    """A few words for an exception (requests' messages run to several hundred characters)."""
+    text = " ".join(str(e).split())
+    low = text.lower()
+    for needle, words in (("refused", "connection refused"), ("reset", "connection reset"),
+                          ("ended prematurely", "connection closed"), ("timed out", "timed out"),
+                          ("name or service", "unknown host"), ("broken pipe", "connection closed")):
+        if needle in low:
+            return words
+    return text[:160] or type(e).__name__
+
+
 def debug() -> bool:
     """True when ``RAYJOBS_DEBUG=1``: show tracebacks instead of one-line errors."""
     return os.environ.get("RAYJOBS_DEBUG", "") not in ("", "0", "false")

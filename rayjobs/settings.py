@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from rayjobs.contract.target import Target
 from rayjobs.errors import ConfigError
 from rayjobs.settingsources import Settings, resolve
+
+__all__ = ["Target", "current", "home", "resolve_target", "storage_root"]
 
 #: Environment variable that relocates all local state (ledger, embedded head, remembered cluster).
 HOME_ENV = "RAYJOBS_HOME"
@@ -66,25 +68,6 @@ def current() -> Settings:
     return resolve(Path.cwd(), os.environ, home(), remembered_cluster())
 
 
-@dataclass(frozen=True)
-class Target:
-    """Which cluster to talk to and how."""
-
-    address: Optional[str]  #: dashboard URL, or None for the embedded local head
-    source: str  #: where the address came from (for messages)
-    token: Optional[str] = None  #: Ray auth token (sent as a bearer header), never logged
-
-    @property
-    def embedded(self) -> bool:
-        return self.address is None
-
-    @property
-    def key(self) -> str:
-        """Which cluster this is, for the local record: the embedded head keeps its identity
-        across restarts on another port; any other cluster is its address."""
-        return "embedded" if self.source == "embedded" else str(self.address)
-
-
 def _read_token(path: Optional[str]) -> Optional[str]:
     if not path:
         return None
@@ -109,7 +92,8 @@ def resolve_target(explicit: Optional[str] = None, explicit_from: str = "--addre
     rec = remembered_cluster()
     if rec.get("address"):
         token = token or _read_token(rec.get("token_path"))
-        return Target(normalize_address(rec["address"]), f"cluster {rec.get('name', '?')}", token)
+        return Target(normalize_address(rec["address"]), f"cluster {rec.get('name', '?')}", token,
+                      api=normalize_address(rec["api"]) if rec.get("api") else None)
     return Target(None, "embedded", None)
 
 

@@ -1,6 +1,7 @@
 """Names the laptop and the cluster side share: what both write and read must be spelled once.
 
-Nothing here imports Ray, Hydra or any other rayjobs module, so both sides can import it.
+Nothing here imports Ray, Hydra or any rayjobs module but the contract (standard library only), so
+both sides can import it.
 """
 
 from __future__ import annotations
@@ -58,22 +59,18 @@ def cluster_storage_root() -> str:
     return os.path.join(os.path.expanduser(home), "storage")
 
 
-#: Ray's job statuses that never change again.
-TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
-#: Every status rayjobs shows: Ray's, plus QUEUED (held by the rayjobs queue) and UNKNOWN (a job of
-#: the local record that the cluster no longer knows: its head restarted, or it ran elsewhere).
-STATUSES = ("PENDING", "QUEUED", "RUNNING", "SUCCEEDED", "FAILED", "STOPPED", "UNKNOWN")
+#: Statuses: spelled once, in :mod:`rayjobs.contract.status` (re-exported here for the modules that
+#: import them from ``shared``).
+from rayjobs.contract.status import STATUSES, TERMINAL  # noqa: E402
 
-#: Metadata keys of rayjobs' own small Ray jobs (a submission's enqueue, a control request): the
-#: jobs to queue (:func:`pack_jobs`), and what the job is for. Views leave these jobs out.
-ENQUEUE_KEY = "rayjobs_enqueue"
+#: Metadata key of rayjobs' own small Ray jobs (the queue's starter): views leave them out, the
+#: queue deletes them from Ray's table once they ended.
 ROLE_KEY = "rayjobs_role"
 #: Metadata key of a job the queue pre-started before admitting it (its runner holds until then):
 #: while the queue still lists the job as waiting, it is QUEUED whatever Ray says.
 STANDBY_KEY = "rayjobs_standby"
-#: Metadata key of a job queued with another job's durable code snapshot (``enqueue --code-of``):
-#: the id of the job whose snapshot it runs, when it is not the request's own ``--code-of`` job
-#: (the evaluations of a sweep's points go in one request, each with its own point's code).
+#: Metadata key of a job queued with another job's durable code snapshot: the id of the job whose
+#: snapshot it runs (the evaluations of a sweep's points go in one request, each with its point's code).
 CODE_OF_KEY = "code_of"
 #: The env var naming the file such a job's runner waits for (the queue writes it at admission).
 STANDBY_GO_ENV = "RAYJOBS_STANDBY_GO"
@@ -82,34 +79,6 @@ STANDBY_GO_ENV = "RAYJOBS_STANDBY_GO"
 #: job left behind on a node by it (:mod:`rayjobs.oncluster.reaper`).
 JOB_MARK_ENV = "RAYJOBS_JOB"
 
-
-def pack_jobs(jobs: list) -> str:
-    """The jobs of an enqueue request as one metadata value: JSON, zlib, base64 (``z:`` first).
-
-    Ray hands a job's metadata to its entrypoint in ONE environment variable, and Linux refuses an
-    exec whose single environment string exceeds 128 KiB (MAX_ARG_STRLEN): a sweep's requests
-    are alike, so they compress ~20x; the laptop splits what is still too big into several requests.
-    """
-    import base64
-    import zlib
-
-    raw = json.dumps(jobs, separators=(",", ":")).encode()
-    return "z:" + base64.b64encode(zlib.compress(raw, 6)).decode()
-
-
-def unpack_jobs(value: str) -> list:
-    """The jobs of :func:`pack_jobs` (or plain JSON)."""
-    import base64
-    import zlib
-
-    if value.startswith("z:"):
-        value = zlib.decompress(base64.b64decode(value[2:])).decode()
-    return list(json.loads(value or "[]"))
-
-#: The queue's files in the head's Ray log dir (read by the laptop through the log API): its status
-#: (waiting and admitted jobs) and its history (one line per finished job).
-STATUS_FILE = "rayjobs_queue.json"
-HISTORY_FILE = "rayjobs_history.jsonl"
 
 #: How a log line gives a moment: readable, in UTC, to the millisecond (benchmarks compute gaps from it).
 STAMP_FORMAT = "%Y-%m-%d %H:%M:%S"

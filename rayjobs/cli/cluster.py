@@ -62,9 +62,10 @@ def cluster_cmd(as_json: bool, address: Optional[str]) -> None:
     gateway when connected with `rayjobs connect`); a warning on stderr when the client's rayjobs or
     verl differ from the cluster's.
     """
+    from rayjobs import api
     from rayjobs.views import clusterview
 
-    v = run_cli(lambda: clusterview.view(address=address))
+    v = run_cli(lambda: api.cluster_view(address=address))
     click.echo(json.dumps(v, indent=2) if as_json else clusterview.render(v))
     for w in v["warnings"]:
         click.echo(f"rayjobs: warning: {w}", err=True)

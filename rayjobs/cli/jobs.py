@@ -182,7 +182,6 @@ def status_cmd(job_id: str, as_json: bool, address: Optional[str]) -> None:
     def go() -> int:
         from rayjobs import api
         from rayjobs.errors import ClusterUnreachable, NoSuchJob
-        from rayjobs.views import jobrows
 
         try:
             d = _open(address)
@@ -193,7 +192,6 @@ def status_cmd(job_id: str, as_json: bool, address: Optional[str]) -> None:
         else:
             try:
                 row = api.Job.find(job_id, dashboard=d).row()
-                jobrows.keep_seen_row(d, row)
             except NoSuchJob:  # not several: one that the cluster does not know (any more)
                 row = api.recorded_row(job_id, d.target.key)
                 _say(f"{row['id']} is not on the cluster; showing the local record")

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Optional
 
-from rayjobs.errors import ClusterUnreachable, ConfigError, JobNotFound, NoSuchJob, RayjobsError, SubmitError, did_you_mean
-from rayjobs.settings import Target
+from rayjobs.contract import ids as idres
+from rayjobs.contract.target import Target
+from rayjobs.errors import ClusterUnreachable, ConfigError, JobNotFound, NoSuchJob, RayjobsError, SubmitError, short_reason
 from rayjobs.shared import ROLE_KEY
 
 if TYPE_CHECKING:  # the SDK's types, for annotations only (importing Ray costs ~0.4 s)
@@ -32,39 +33,23 @@ def warm_up() -> None:
     import ray.job_submission  # noqa: F401
 
 
-def resolve_prefix(prefix: str, ids: Iterable[str]) -> str:
-    """The one id of ``ids`` that is ``prefix`` or starts with it (an exact id wins). A job without
-    an id (a plain ``ray.init()`` driver: Ray lists it with none) is skipped.
+def resolve_prefix(prefix: str, ids: Iterable[Optional[str]]) -> str:
+    """The one id of ``ids`` that is ``prefix`` or starts with it (:func:`rayjobs.contract.ids.resolve`).
 
     Raises:
         NoSuchJob: nothing matches (the closest ids are named).
         JobNotFound: several match.
     """
-    ids = sorted({i for i in ids if i})
-    if prefix in ids:
-        return prefix
-    hits = [i for i in ids if i.startswith(prefix)]
-    if len(hits) == 1:
-        return hits[0]
-    if not hits:
-        raise NoSuchJob(f"no job matches {prefix!r}{did_you_mean(prefix, ids)}; `rayjobs list` shows the ids")
-    raise JobNotFound(f"{prefix!r} matches {len(hits)} jobs ({', '.join(hits[:4])}...); give more of the id")
+    try:
+        return idres.resolve_one(prefix, ids)
+    except idres.NoMatch as e:
+        raise NoSuchJob(str(e)) from None
+    except idres.Ambiguous as e:
+        raise JobNotFound(str(e)) from None
 
 
 class DashboardDown(RayjobsError):
     """The dashboard did not answer (restarting, tunnel down); callers usually retry."""
-
-
-def short_reason(e: BaseException) -> str:
-    """A few words for an exception (requests' messages run to several hundred characters)."""
-    text = " ".join(str(e).split())
-    low = text.lower()
-    for needle, words in (("refused", "connection refused"), ("reset", "connection reset"),
-                          ("ended prematurely", "connection closed"), ("timed out", "timed out"),
-                          ("name or service", "unknown host"), ("broken pipe", "connection closed")):
-        if needle in low:
-            return words
-    return text[:160] or type(e).__name__
 
 
 def _one_line(e: BaseException, limit: int = 300) -> str:
@@ -104,6 +89,17 @@ class Dashboard:
         self._requests = requests
         self._sdk: Optional[JobSubmissionClient] = None
         self._version: Optional[dict[str, Any]] = None
+        self._queue: Any = None
+
+    @property
+    def queue(self) -> Any:
+        """The cluster's queue API (:class:`rayjobs.client.queueapi.QueueAPI`), found (and started,
+        if it runs nowhere) on first use."""
+        if self._queue is None:
+            from rayjobs.client.queueapi import connect_queue
+
+            self._queue = connect_queue(self)
+        return self._queue
 
     # ------------------------------------------------------------------ the Jobs SDK
     @property
@@ -156,15 +152,14 @@ class Dashboard:
                 raise JobNotFound(f"no job {job_id!r} on the cluster; `rayjobs list` shows the ids") from e
             raise SubmitError(f"could not read job {job_id}: {_one_line(e)}") from e
 
-    def list_jobs(self) -> list[dict[str, Any]]:
+    def list_jobs(self, *, include_own: bool = False) -> list[dict[str, Any]]:
         """Every job on the cluster as dicts (``GET /api/jobs/``; Ray has no filter; callers filter),
-        less rayjobs' own small jobs.
+        less rayjobs' own small jobs unless ``include_own``.
 
         The REST call, not the SDK's ``list_jobs``: the same JSON without importing Ray's SDK and
         building a pydantic ``JobDetails`` per job (1.2 s of a ``rayjobs list`` over 2,000 jobs).
-        A submission's enqueue job, a control request and the queue's starter are Ray jobs too
-        (tagged :data:`rayjobs.shared.ROLE_KEY`): counted, two jobs showed as "4 SUCCEEDED".
-        Other drivers (a user's ``ray.init``) stay listed.
+        The queue's starter is a Ray job too (tagged :data:`rayjobs.shared.ROLE_KEY`) and left out;
+        other drivers (a user's ``ray.init``) stay listed.
 
         Raises:
             ClusterUnreachable: the dashboard did not answer with a list.
@@ -177,7 +172,7 @@ class Dashboard:
             raise ClusterUnreachable(f"could not list jobs: {_one_line(e)}") from e
         if not isinstance(found, list):
             raise ClusterUnreachable(f"could not list jobs: the dashboard at {self.address} sent no list")
-        return [j for j in found if isinstance(j, dict) and ROLE_KEY not in (j.get("metadata") or {})]
+        return [j for j in found if isinstance(j, dict) and (include_own or ROLE_KEY not in (j.get("metadata") or {}))]
 
     def logs(self, job_id: str) -> str:
         """A job's whole driver log, through the Jobs API."""

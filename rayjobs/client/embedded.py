@@ -37,6 +37,7 @@ from typing import Any, Optional, Sequence
 from rayjobs import settings
 from rayjobs.client import headprocs
 from rayjobs.client.dashboard import Dashboard
+from rayjobs.contract.wire import DEFAULT_PORT as DEFAULT_API_PORT, PORT_ENV
 from rayjobs.shared import HEAD_ENV
 from rayjobs.errors import ClusterUnreachable, RayjobsError
 from rayjobs.settingsources import REMEMBERED
@@ -123,7 +124,7 @@ def target(rec: dict[str, Any]) -> settings.Target:
         token = Path(rec["token_path"]).read_text().strip() if rec.get("token_path") else None
     except OSError:
         pass
-    return settings.Target(rec["dashboard"], "embedded", token)
+    return settings.Target(rec["dashboard"], "embedded", token, api=rec.get("api"))
 
 
 def ensure(num_gpus: Optional[int] = None, quiet: bool = False) -> settings.Target:
@@ -213,9 +214,10 @@ def start(num_gpus: Optional[int] = None, quiet: bool = False, timeout: Optional
     # names the port we pick and *any* gcs_server on the machine uses that port (it greps ps, so a
     # Ray in another network namespace counts): stale once the earlier head is stopped.
     (temp / "ray_current_cluster").unlink(missing_ok=True)
-    names = ("gcs", "dashboard", "dashboard_agent", "client_server")
-    ports = dict(zip(names, _pick_ports([6379, 8265, 0, 0])))
+    names = ("gcs", "dashboard", "dashboard_agent", "client_server", "api")
+    ports = dict(zip(names, _pick_ports([6379, 8265, 0, 0, DEFAULT_API_PORT])))
     env = _head_env()
+    env[PORT_ENV] = str(ports["api"])  # the queue's API (on this head's loopback)
     cmd = _head_cmd(shutil.which("ray", path=env["PATH"]) or "ray", ports, temp, num_gpus, num_cpus)
     url = f"http://127.0.0.1:{ports['dashboard']}"
     env["RAYJOBS_DASHBOARD"] = url  # the queue (on this head) submits the jobs it admits here
@@ -226,12 +228,14 @@ def start(num_gpus: Optional[int] = None, quiet: bool = False, timeout: Optional
     proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     rec = {"dashboard": url, "gcs": f"127.0.0.1:{ports['gcs']}", "temp_dir": str(temp),
+           "api": f"http://127.0.0.1:{ports['api']}",
            "token_path": str(token_file()), "ports": ports, "sid": proc.pid,
            "sid_start": headprocs.start_time(proc.pid), "boot_id": headprocs.boot_id(), "pids": [proc.pid]}
     _write_record(rec)  # before waiting: `rayjobs local stop` must find a half-started head too
     try:
         _wait_ray_start(proc, temp)
         wait_ready(rec, timeout)
+        start_queue(rec, env, timeout)
     except BaseException as e:
         left = _abort(proc, rec)
         if isinstance(e, ClusterUnreachable):
@@ -240,6 +244,20 @@ def start(num_gpus: Optional[int] = None, quiet: bool = False, timeout: Optional
     rec["pids"] = headprocs.head_pids(rec)
     _write_record(rec)
     return rec
+
+
+def start_queue(rec: dict[str, Any], env: dict[str, str], timeout: float) -> None:
+    """Start the head's queue and return once its API answers (the head accepts jobs only then)."""
+    run_env = dict(env, RAY_ADDRESS=rec["gcs"])
+    try:
+        r = subprocess.run([sys.executable, "-m", "rayjobs.oncluster.queueactor", "start"], env=run_env,
+                           capture_output=True, text=True, timeout=timeout + 30)
+    except subprocess.TimeoutExpired:
+        raise ClusterUnreachable(f"the embedded head's queue did not start within {timeout + 30:.0f} s "
+                                 f"(logs: {rec['temp_dir']}/session_latest/logs)") from None
+    if r.returncode != 0:
+        last = ([ln for ln in (r.stderr or r.stdout).splitlines() if ln.strip()] or [f"exit {r.returncode}"])[-1]
+        raise ClusterUnreachable(f"the embedded head's queue did not start: {last.strip()[:300]}")
 
 
 def _write_record(rec: dict[str, Any]) -> None:

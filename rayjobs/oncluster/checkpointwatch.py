@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-TRACKER = "latest_checkpointed_iteration.txt"
-STOP_MARK = "stop-at-checkpoint.json"
+from rayjobs.contract.files import place, write_atomic
+from rayjobs.contract.paths import STOP_REQUEST as STOP_MARK, TRACKER
 POLL_S = 1.0
 SAVED = "checkpoint saved: step {}"  #: the runner's log line (after "[rayjobs] "); views parse it
 LAST = "last checkpoint: step {}"
@@ -60,7 +60,8 @@ def set_aside_incomplete(checkpoint_dir: Optional[str]) -> list[str]:
             continue
         dest = Path(checkpoint_dir) / ASIDE / f"{d.name}.{time.strftime('%Y%m%dT%H%M%S')}"
         dest.parent.mkdir(exist_ok=True)
-        os.replace(d, dest)
+        if not place(d, dest):
+            continue
         moved.append(f"{d.name} -> {ASIDE}/{dest.name}")
     return moved
 
@@ -90,8 +91,6 @@ def ask_stop(run_dir: Path, job_id: str, timeout_s: float, reason: str = "", by:
     """Leave the request (a control job or the queue's preemption calls this on the cluster): stop
     after the next checkpoint; ``reason`` is said in the job's log ("preempted by X"); ``by``: the
     job a preemption stops it for (what :func:`withdraw_stop` names)."""
-    from rayjobs.oncluster.store import write_atomic
-
     run_dir.mkdir(parents=True, exist_ok=True)
     body = {"job_id": job_id, "asked_at": time.time(), "timeout_s": float(timeout_s), "reason": reason, "by": by}
     write_atomic(run_dir / STOP_MARK, json.dumps(body).encode())

@@ -10,7 +10,9 @@ availability or driver lookup); the queue actor is the only caller.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional, Sequence
 
 from rayjobs.oncluster import capacity
 
@@ -114,7 +116,53 @@ def unplaced(groups: list[int], submission_id: str, created: dict[str, list[int]
     return left
 
 
-def describe_cluster(nodes_now: list[capacity.Node]) -> dict[str, Any]:
-    """Totals for the status document."""
+def describe_cluster(nodes_now: Sequence[capacity.Node]) -> dict[str, Any]:
+    """Totals for the queue's summary."""
     return {"nodes": len(nodes_now), "gpus": sum(n.gpus for n in nodes_now),
             "free_gpus": sum(n.free_gpus for n in nodes_now)}
+
+
+@dataclass
+class Observed:
+    """One reading of the cluster for the queue: the nodes, and per running job the groups it has
+    not placed yet (None: Ray could not be asked) and whether its trainer's drivers are all dead."""
+
+    nodes: list[capacity.Node] = field(default_factory=list)
+    unplaced: dict[str, Optional[list[int]]] = field(default_factory=dict)
+    trainer_gone: set[str] = field(default_factory=set)
+
+
+#: A preemption's "what would it free" answer is kept this long for the same candidates (GCS queries).
+HOLDINGS_FRESH_S = 5.0
+
+
+class ClusterReader:
+    """The queue's reader of Ray's cluster state (the one place that asks Ray's GCS)."""
+
+    def __init__(self) -> None:
+        self._held: tuple[float, tuple[str, ...], Mapping[str, Any]] = (0.0, (), {})
+
+    def observe(self, running: Mapping[str, Any]) -> Observed:
+        """``running``: id -> the queue's Running entry (its groups, retries, what it had unplaced)."""
+        nodes_now, created = nodes()
+        out = Observed(nodes_now)
+        for job_id, r in running.items():
+            if not r.in_ray:
+                continue
+            left = unplaced(list(r.req.groups), job_id, created, r.req.retries > 0, r.unplaced)
+            out.unplaced[job_id] = left
+            if r.req.groups and not r.req.retries and not r.ending and not (r.unplaced if left is None else left):
+                found = drivers(job_id)
+                if found and all(found.values()):
+                    out.trainer_gone.add(job_id)
+        return out
+
+    def holdings(self, ids: Sequence[str]) -> Mapping[str, Any]:
+        """What each of ``ids``' placement groups hold per node, kept :data:`HOLDINGS_FRESH_S` for the same ids."""
+        at, key, held = self._held
+        ids = tuple(ids)
+        if key == ids and time.monotonic() - at < HOLDINGS_FRESH_S:
+            return held
+        held = held_by(list(ids))
+        self._held = (time.monotonic(), ids, held)
+        return held

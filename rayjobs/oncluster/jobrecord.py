@@ -1,6 +1,6 @@
-"""A queued job's record through its life: the submit request at admission, what a finish or a lost
-run makes of it, the line the history file keeps. Pure functions on plain dicts (no Ray, no I/O
-but the final metrics file)."""
+"""A queued job's record through its life: its submit request at admission, what a finish, a lost
+run or a preemption makes of it. Pure functions of :class:`~rayjobs.contract.record.JobRecord`
+(no Ray; the only I/O is reading the run's last metrics and checkpoint from the storage root)."""
 
 from __future__ import annotations
 
@@ -8,90 +8,97 @@ import json
 import re
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Mapping, Optional, Sequence
 
+from rayjobs.contract.paths import metrics_files
+from rayjobs.contract.record import JobRecord
+from rayjobs.contract.status import State, Status
 from rayjobs.oncluster.checkpointwatch import saved_step
-from rayjobs.oncluster.store import DONE, WAITING
 from rayjobs.shared import stamp
 
 
-def submit_kwargs(rec: dict[str, Any], code_dir: Path) -> dict[str, Any]:
-    """The ``submit_job`` keyword arguments of a record, its code from the durable copy.
+def submit_kwargs(rec: JobRecord, code_dir: Path) -> dict[str, Any]:
+    """The ``submit_job`` keyword arguments of a record, its code from the durable copy, its
+    metadata with the admission's (the runner logs when and how long it waited).
 
     A job that Ray lost (``lost`` runs) gets fewer retries left, so its attempts stay bounded.
     """
-    spec = dict(rec["spec"])
+    spec = dict(rec.spec)
     spec["runtime_env"] = dict(spec.get("runtime_env") or {}, working_dir=str(code_dir))
-    meta = dict(spec.get("metadata") or {})
-    lost = int(rec.get("lost") or 0)
-    if lost:
-        meta["max_retries"] = str(max(0, int(meta.get("max_retries") or 0) - lost))
-        meta["lost_runs"] = str(lost)
-    if rec.get("admitted_at"):  # the runner says when, and how long it waited (its log's first line)
-        meta["admitted_at"] = stamp(float(rec["admitted_at"]))
-        meta["waited_s"] = f"{float(rec['admitted_at']) - float(rec.get('queued_at') or rec['admitted_at']):.2f}"
-        if rec.get("note"):
-            meta["admission_note"] = str(rec["note"])[:300]
-    spec["metadata"] = meta
+    meta = rec.meta
+    if rec.lost:
+        meta = meta.with_(max_retries=max(0, meta.max_retries - rec.lost), lost_runs=rec.lost)
+    if rec.admitted_at:
+        waited = float(rec.admitted_at) - float(rec.queued_at or rec.admitted_at)
+        meta = meta.with_(admitted_at=stamp(float(rec.admitted_at)), waited_s=f"{waited:.2f}",
+                          admission_note=str(rec.note or "")[:300])
+    spec["metadata"] = meta.to_ray()
     return spec
 
 
-def lost_attempt(rec: dict[str, Any]) -> dict[str, Any]:
+def next_attempt(run_dir: Optional[str]) -> int:
+    """The attempt number a new run of ``run_dir`` starts at (1 + the attempts it already had)."""
+    return 1 + len(metrics_files(run_dir))
+
+
+def lost_attempt(rec: JobRecord) -> JobRecord:
     """A record whose Ray job was lost with the head: waiting again (a new attempt resumes from its
     checkpoint) while ``rayjobs.max_retries`` allows, else done FAILED (cluster restarted)."""
-    meta = (rec.get("spec") or {}).get("metadata") or {}
-    lost = int(rec.get("lost") or 0) + 1
+    lost = rec.lost + 1
     # its new attempt is admitted anew (the runner's "admitted after X s" line must not reuse the old one)
-    out = dict({k: v for k, v in rec.items() if k != "admitted_at"}, lost=lost,
-               history=list(rec.get("history") or []) + [{"lost_at": time.time()}])
-    if lost <= int(meta.get("max_retries") or 0):
-        return dict(out, state=WAITING, note="requeued: the cluster restarted while it ran; it resumes from its checkpoint")
-    return dict(out, state=DONE, status="FAILED", finished_at=time.time(), cause="cluster restarted",
-                message="the cluster restarted while it ran and rayjobs.max_retries allows no new attempt (cluster restarted)")
+    out = rec.with_(lost=lost, admitted_at=None, history=rec.history + ({"lost_at": time.time()},),
+                    attempts=_ran(rec))
+    if lost <= rec.meta.max_retries:
+        return out.with_(state=State.WAITING, note="requeued: the cluster restarted while it ran; it resumes from its checkpoint")
+    return out.with_(state=State.DONE, status=Status.FAILED, finished_at=time.time(), cause="cluster restarted",
+                     message="the cluster restarted while it ran and rayjobs.max_retries allows no new attempt (cluster restarted)")
 
 
-def requeued_record(rec: dict[str, Any], reaped: Optional[list[str]] = None) -> dict[str, Any]:
+def requeued_record(rec: JobRecord, reaped: Sequence[str] = ()) -> JobRecord:
     """A preempted job once stopped: waiting again at its old place (``queued_at`` and the order keys
     in its metadata are kept), with what the preemption cost: the checkpoint it resumes from, the
     step it had reached and the steps it will redo."""
-    meta = (rec.get("spec") or {}).get("metadata") or {}
-    ckpt = saved_step(meta.get("checkpoint_dir"))
-    last = (last_metrics(meta.get("run_dir")) or {}).get("step")
-    info = {"by": (rec.get("preempting") or {}).get("by"), "at": time.time(), "checkpoint_step": ckpt,
+    ckpt = saved_step(rec.meta.checkpoint_dir)
+    last = (last_metrics(rec.meta.run_dir) or {}).get("step")
+    info = {"by": (rec.preempting or {}).get("by"), "at": time.time(), "checkpoint_step": ckpt,
             "step": last, "redo": max(0, int(last or 0) - int(ckpt or 0))}
-    out = {k: v for k, v in rec.items() if k not in ("preempting", "admitted_at", "note")}
-    out.update(state=WAITING, preempted=info, preemptions=int(rec.get("preemptions") or 0) + 1,
-               history=list(rec.get("history") or []) + [{"preempted": info}])
-    if reaped:
-        out["reaped"] = list(rec.get("reaped") or []) + list(reaped)
-    return out
+    return rec.with_(state=State.WAITING, preempting=None, admitted_at=None, note="", preempted=info,
+                     preemptions=rec.preemptions + 1, history=rec.history + ({"preempted": info},),
+                     reaped=rec.reaped + tuple(reaped), attempts=_ran(rec))
 
 
-def finish_record(rec: dict[str, Any], status: str, message: str = "",
-                  info: Optional[dict[str, Any]] = None, reaped: Optional[list[str]] = None) -> dict[str, Any]:
-    """A record once its job ended: status, Ray's message, where the log is, the final metrics, and
-    what the reaper (:mod:`rayjobs.oncluster.reaper`) had to end of it (``reaped``: one line each)."""
-    info = info or {}
-    meta = (rec.get("spec") or {}).get("metadata") or {}
+def finish_record(rec: JobRecord, status: str, message: str = "", info: Optional[Mapping[str, Any]] = None,
+                  reaped: Sequence[str] = ()) -> JobRecord:
+    """A record once its job ended: status, Ray's message, where the log is, its final metrics and
+    last checkpoint, the attempts it ran, and what the reaper had to end of it (a line each)."""
+    info = dict(info or {})
+    meta = rec.meta
     msg = message or str(info.get("message") or "").split(", last available logs")[0]
-    out = dict(rec, state=DONE, status=status, finished_at=time.time(), message=" ".join(msg.split())[:500])
+    attempts = _ran(rec)
+    out = rec.with_(state=State.DONE, status=Status.of(status), finished_at=time.time(),
+                    message=" ".join(msg.split())[:500], attempts=attempts, preempting=None,
+                    reaped=rec.reaped + tuple(reaped))
     if info.get("driver_node_id"):
-        out["log"] = {"node_id": info["driver_node_id"], "file": f"job-driver-{rec['id']}.log"}
-    for k in ("start_time", "end_time"):
-        if info.get(k):
-            out[k] = info[k]
-    final = last_metrics(meta.get("run_dir"))
-    if final:
-        out["final"] = final
-    ckpt = saved_step(meta.get("checkpoint_dir"))
-    if ckpt is not None:  # what `rayjobs resume` starts from
-        out["checkpoint_step"] = ckpt
-    if reaped:  # added to what an earlier run of the job (lost with the head) left, if any
-        out["reaped"] = list(rec.get("reaped") or []) + list(reaped)
+        out = out.with_(log={"node_id": str(info["driver_node_id"]), "file": f"job-driver-{rec.id}.log"})
+    if info.get("start_time"):
+        out = out.with_(start_time=info["start_time"])
+    if info.get("end_time"):
+        out = out.with_(end_time=info["end_time"])
+    final = last_metrics(meta.run_dir, attempts)
+    ckpt = saved_step(meta.checkpoint_dir)
     cause = runner_cause(str(info.get("message") or "")) if status == "FAILED" and not message else None
-    if cause:
-        out["cause"] = cause
-    return out
+    return out.with_(final=final or rec.final, checkpoint_step=ckpt if ckpt is not None else rec.checkpoint_step,
+                     cause=cause or rec.cause)
+
+
+def _ran(rec: JobRecord) -> tuple[int, ...]:
+    """The run's attempts this job has run so far: its earlier ones, and those since its first
+    attempt of this admission (a resume of the same run numbers its own from where this stopped)."""
+    start = rec.first_attempt
+    if start is None:
+        return rec.attempts
+    now = sorted(a for a in metrics_files(rec.meta.run_dir) if a >= start)
+    return tuple(sorted(set(rec.attempts) | set(now)))
 
 
 #: The runner's last line when it gives up (rayjobs.oncluster.runner.fail): "job failed: <cause> (<why>)".
@@ -104,31 +111,20 @@ def runner_cause(message: str) -> Optional[str]:
     return " ".join(found[-1].split())[:300] if found else None
 
 
-def last_metrics(run_dir: Optional[str]) -> Optional[dict[str, Any]]:
-    """The last step of a run's newest metrics file (verl's file logger): ``{"step", "data", "attempts"}``."""
-    if not run_dir:
-        return None
-    files = sorted(Path(run_dir).glob("metrics.*.jsonl"), key=lambda p: int(p.name.split(".")[1]) if p.name.split(".")[1].isdigit() else 0)
-    for f in reversed(files):
+def last_metrics(run_dir: Optional[str], attempts: Sequence[int] = ()) -> Optional[dict[str, Any]]:
+    """The last step of a run's newest metrics file (of ``attempts`` only, when given: a job's own,
+    not a later resume's): ``{"step", "data", "attempts"}``."""
+    files = metrics_files(run_dir)
+    mine = {a: p for a, p in files.items() if not attempts or a in attempts}
+    for _, f in sorted(mine.items(), reverse=True):
         try:
             lines = [ln for ln in f.read_text().splitlines() if ln.strip()]
         except OSError:
             continue
         for ln in reversed(lines):
             try:
-                rec = json.loads(ln)
-                return {"step": rec.get("step"), "data": rec.get("data") or {}, "attempts": len(files)}
+                doc = json.loads(ln)
+                return {"step": doc.get("step"), "data": doc.get("data") or {}, "attempts": len(mine)}
             except ValueError:
                 continue
-    return {"step": None, "data": {}, "attempts": len(files)} if files else None
-
-
-def history_row(rec: dict[str, Any]) -> dict[str, Any]:
-    """What the history file keeps of a finished job (what ``rayjobs list``/``status`` show of it)."""
-    spec = rec.get("spec") or {}
-    return {"id": rec["id"], "status": rec.get("status"), "metadata": spec.get("metadata") or {},
-            "queued_at": rec.get("queued_at"), "admitted_at": rec.get("admitted_at"),
-            "finished_at": rec.get("finished_at"), "start_time": rec.get("start_time"), "end_time": rec.get("end_time"),
-            "message": rec.get("message"), "lost": rec.get("lost", 0), "log": rec.get("log"), "final": rec.get("final"),
-            "pruned": bool(rec.get("pruned")), "cause": rec.get("cause"), "checkpoint_step": rec.get("checkpoint_step"),
-            "reaped": list(rec.get("reaped") or []), "preemptions": int(rec.get("preemptions") or 0)}
+    return {"step": None, "data": {}, "attempts": len(mine)} if mine else None

@@ -26,8 +26,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from rayjobs.contract.files import write_atomic
+from rayjobs.contract.record import JobRecord
+from rayjobs.contract.status import TERMINAL
+from rayjobs.oncluster.headapi import JobsClient
 from rayjobs.oncluster.jobrecord import submit_kwargs
-from rayjobs.shared import STANDBY_GO_ENV, STANDBY_KEY, TERMINAL
+from rayjobs.shared import STANDBY_GO_ENV, STANDBY_KEY
 
 SWITCH_ENV = "RAYJOBS_QUEUE_STANDBY"  #: head-side: "0"/"off" starts every admitted job cold
 #: Keys of the admission the runner reports (from the record at admission, through the go file).
@@ -44,15 +48,14 @@ def go_dir() -> Path:
     return Path(tempfile.gettempdir()) / f"rayjobs-standby-{os.getuid()}"
 
 
-def eligible(rec: dict[str, Any]) -> bool:
+def eligible(rec: JobRecord) -> bool:
     """Can this job be pre-started: Ray places its supervisor on the head (no entrypoint resources)."""
-    spec = rec.get("spec") or {}
-    return not any(spec.get(k) for k in _RESOURCE_KEYS)
+    return not any(rec.spec.get(k) for k in _RESOURCE_KEYS)
 
 
-def standby_kwargs(rec: dict[str, Any], code_dir: Path, go: Path) -> dict[str, Any]:
+def standby_kwargs(rec: JobRecord, code_dir: Path, go: Path) -> dict[str, Any]:
     """``submit_job`` arguments of ``rec`` pre-started: tagged, and its runner told to hold for ``go``."""
-    kw = submit_kwargs({k: v for k, v in rec.items() if k not in ("admitted_at", "note")}, code_dir)
+    kw = submit_kwargs(rec.with_(admitted_at=None, note=""), code_dir)
     env = dict((kw["runtime_env"] or {}).get("env_vars") or {}, **{STANDBY_GO_ENV: str(go)})
     kw["runtime_env"] = dict(kw["runtime_env"], env_vars=env)
     kw["metadata"] = dict(kw["metadata"], **{STANDBY_KEY: "1"})
@@ -62,9 +65,9 @@ def standby_kwargs(rec: dict[str, Any], code_dir: Path, go: Path) -> dict[str, A
 class Standby:
     """At most one pre-started job, for the queue actor (its calls run in the actor's pool)."""
 
-    def __init__(self, dashboard: Any, pool: ThreadPoolExecutor, code_dir: Callable[[str], Path],
-                 cold_submit: Callable[[dict[str, Any]], tuple[str, str]]) -> None:
-        self.d, self.pool, self.code_dir, self.cold_submit = dashboard, pool, code_dir, cold_submit
+    def __init__(self, jobs: JobsClient, pool: ThreadPoolExecutor, code_dir: Callable[[str], Path],
+                 cold_submit: Callable[[JobRecord], Any]) -> None:
+        self.jobs, self.pool, self.code_dir, self.cold_submit = jobs, pool, code_dir, cold_submit
         self.sid: Optional[str] = None
         self.submitted: Optional[Future] = None  #: resolves to True once Ray has the job
         self.go: Optional[Path] = None  #: the pre-started runner's go file
@@ -76,39 +79,37 @@ class Standby:
         the admission of the job's next Ray job (seen: two trainers on one GPU)."""
         return self.dir / f"{sid}.{uuid.uuid4().hex[:12]}.go"
 
-    def offer(self, rec: dict[str, Any]) -> bool:
+    def offer(self, rec: JobRecord) -> bool:
         """Pre-start ``rec``'s job unless one is pre-started already (or the switch is off)."""
         if self.sid is not None or not enabled() or not eligible(rec):
             return False
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.sid, self.go = rec["id"], self.go_path(rec["id"])
+        self.sid, self.go = rec.id, self.go_path(rec.id)
         self.submitted = self.pool.submit(self._submit, rec, self.go)
         return True
 
-    def _submit(self, rec: dict[str, Any], go: Path) -> bool:
+    def _submit(self, rec: JobRecord, go: Path) -> bool:
         try:
-            self.d.submit(standby_kwargs(rec, self.code_dir(rec["code"]), go))
+            self.jobs.submit(standby_kwargs(rec, self.code_dir(rec.code), go))
             return True
         except Exception:  # noqa: BLE001 (the job is then started cold at admission)
             return False
 
-    def take(self, rec: dict[str, Any]) -> Optional[Future]:
-        """If ``rec``'s job is the pre-started one, let it go: a future of ("ok" | "error", message)
-        as the cold submit gives; else None (the caller submits it)."""
-        if rec["id"] != self.sid or self.submitted is None or self.go is None:
+    def take(self, rec: JobRecord) -> Optional[Future]:
+        """If ``rec``'s job is the pre-started one, let it go: a future of what the cold submit
+        gives; else None (the caller submits it)."""
+        if rec.id != self.sid or self.submitted is None or self.go is None:
             return None
         submitted, go, self.sid, self.submitted, self.go = self.submitted, self.go, None, None, None
         return self.pool.submit(self._go, rec, submitted, go)
 
-    def _go(self, rec: dict[str, Any], submitted: Future, go: Path) -> tuple[str, str]:
+    def _go(self, rec: JobRecord, submitted: Future, go: Path) -> Any:
         ok = bool(submitted.result())
-        if ok and self._status(rec["id"]) in ("PENDING", "RUNNING"):
-            from rayjobs.oncluster.store import write_atomic
-
-            meta = submit_kwargs(rec, self.code_dir(rec["code"]))["metadata"]
+        if ok and self._status(rec.id) in ("PENDING", "RUNNING"):
+            meta = submit_kwargs(rec, self.code_dir(rec.code))["metadata"]
             write_atomic(go, json.dumps({k: meta[k] for k in ADMISSION_KEYS if k in meta}).encode())
-            return "ok", ""
-        self._forget(rec["id"])  # its runner gave up or Ray refused it: start it the usual way
+            return ("ok", "")
+        self._forget(rec.id)  # its runner gave up or Ray refused it: start it the usual way
         return self.cold_submit(rec)
 
     def cancel(self, sid: str) -> None:
@@ -116,15 +117,12 @@ class Standby:
         if sid != self.sid or self.submitted is None:
             return
         submitted, self.sid, self.submitted, self.go = self.submitted, None, None, None
-        self.pool.submit(lambda: submitted.result() and self.d.stop(sid))
+        self.pool.submit(lambda: submitted.result() and self.jobs.stop(sid))
 
     def adopt(self, waiting: dict[str, Any]) -> None:
         """After the queue restarted (Ray did not): take over a pre-started job still held in Ray;
         stop any other (its record is no longer the one to pre-start)."""
-        try:
-            jobs = [j for j in self.d.list_jobs() if (j.get("metadata") or {}).get(STANDBY_KEY)]
-        except Exception:  # noqa: BLE001
-            return
+        jobs = [j for j in self.jobs.list_jobs() if (j.get("metadata") or {}).get(STANDBY_KEY)]
         for j in jobs:
             sid, status = j.get("submission_id"), str(j.get("status"))
             if status in TERMINAL or sid not in waiting:
@@ -134,29 +132,21 @@ class Standby:
                 self.sid, self.submitted, self.go = sid, Future(), Path(go)
                 self.submitted.set_result(True)
             else:
-                self.pool.submit(self.d.stop, sid)
+                self.pool.submit(self.jobs.stop, sid)
 
     def _status(self, sid: str) -> str:
-        try:
-            return str(self.d.info(sid).status).split(".")[-1]
-        except Exception:  # noqa: BLE001
-            return "?"
+        got = self.jobs.details(sid)
+        return str((got or {}).get("status") or "?").split(".")[-1]
 
     def _forget(self, sid: str, timeout: float = 30.0) -> None:
         """Stop and delete what Ray has of ``sid``, so the id can be submitted again (bounded)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             status = self._status(sid)
-            if status == "?":
+            if status in ("?", "LOST"):
                 return  # Ray does not know it (or does not answer: the cold submit will say)
             if status in TERMINAL:
-                try:
-                    self.d.sdk.delete_job(sid)
-                except Exception:  # noqa: BLE001
-                    pass
+                self.jobs.delete(sid)
                 return
-            try:
-                self.d.stop(sid)
-            except Exception:  # noqa: BLE001
-                pass
+            self.jobs.stop(sid)
             time.sleep(0.2)

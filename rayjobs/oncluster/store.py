@@ -1,6 +1,6 @@
-"""The queue's durable store: one JSON file per job and one code snapshot per working_dir, on disk.
+"""The queue's durable store: one record file per job and one code snapshot per working_dir.
 
-Where: ``<storage root>/queue/`` (the storage root the jobs write their checkpoints to:
+Where: ``<storage root>/queue/<name>/`` (the storage root the jobs write their checkpoints to:
 ``$RAYJOBS_STORAGE`` on the head, ``$RAYJOBS_HOME/storage`` on the embedded head). Not the head's
 own disk: a head machine that is replaced (spot reclaim, a new pod) mounts the same storage root,
 so the backlog, the code of every waiting job and the checkpoints of the running ones come back
@@ -8,15 +8,13 @@ together; Ray's GCS (its job table and working_dir packages) does not.
 
 Layout::
 
-    queue/<name>/jobs/<id>.json     the job's record (its submit request, state, attempts, final status)
-    queue/<name>/code/<hash>/      the job's code, copied once per content hash when it is queued
-    queue/<name>/inbox/<id>       "new record" markers, so the queue finds new jobs without a scan
-    queue/<name>/control/<op>-<id>  requests from the laptop (cancel a waiting job), through a Ray job
+    queue/<name>/jobs/<id>.json     the job's record (rayjobs.contract.record.JobRecord)
+    queue/<name>/code/<hash>/      a job's code, unpacked once per content hash
 
-Every write is a new file written, flushed, fsync'ed and renamed over the old one: a writer cut
-off mid-write (SIGKILL, a full disk, the node lost) leaves the previous version and a stray
-``*.tmp`` that readers ignore -- never half a record, never a record twice. On object-store
-mounts (SkyPilot ``MOUNT_CACHED``) a rename is a copy: still one whole object per version.
+Every record write is :func:`rayjobs.contract.files.write_atomic` (tmp, fsync, rename): a writer cut
+off mid-write leaves the previous version and a stray ``.*.tmp`` that readers skip -- never half a
+record. On object-store mounts (SkyPilot ``MOUNT_CACHED``) a rename is a copy: still one whole
+object per version. Only the queue (one process per cluster) writes here.
 """
 
 from __future__ import annotations
@@ -25,15 +23,13 @@ import json
 import os
 import shutil
 import time
+import zipfile
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Iterable, Iterator, Optional
 
+from rayjobs.contract.files import is_temp, place, write_atomic
+from rayjobs.contract.record import JobRecord
 from rayjobs.shared import cluster_storage_root
-
-#: A record's states. ``waiting``: in the queue, no Ray job yet. ``admitted``: its Ray job was
-#: submitted (the trainer starts, or runs). ``done``: it ended (``status`` says how).
-WAITING, ADMITTED, DONE = "waiting", "admitted", "done"
-
 
 #: Two clusters that share one storage root (one bucket) need a queue each: set it on each head.
 NAME_ENV = "RAYJOBS_QUEUE_NAME"
@@ -45,114 +41,105 @@ def store_root(storage: Optional[str] = None) -> Path:
     return Path(storage or cluster_storage_root()) / "queue" / (os.environ.get(NAME_ENV) or "default")
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` all at once (tmp file + fsync + rename in the same dir)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-
-
 class QueueStore:
-    """The files under :func:`store_root`; every method is safe against concurrent writers of other ids."""
+    """The files under :func:`store_root`."""
 
     def __init__(self, root: Optional[Path] = None) -> None:
         self.root = Path(root) if root is not None else store_root()
-        for sub in ("jobs", "code", "inbox", "control"):
+        for sub in ("jobs", "code"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
+        self.unreadable: dict[str, Path] = {}  #: ids whose record file is not a whole record (last :meth:`all`)
 
     # ------------------------------------------------------------------ records
     def path(self, job_id: str) -> Path:
         return self.root / "jobs" / f"{job_id}.json"
 
-    def put(self, rec: dict[str, Any], *, new: bool = False) -> None:
-        """Write a job's record (``new``: also leave an inbox marker, the queue's cue)."""
-        rec = dict(rec, updated_at=time.time())
-        write_atomic(self.path(rec["id"]), (json.dumps(rec, sort_keys=True) + "\n").encode())
-        if new:
-            self.announce(rec["id"])
+    def put(self, rec: JobRecord) -> JobRecord:
+        """Write a job's record durably (it is on disk when this returns); the record as written."""
+        rec = rec.with_(updated_at=time.time())
+        write_atomic(self.path(rec.id), (json.dumps(rec.to_json(), sort_keys=True) + "\n").encode())
+        return rec
 
-    def announce(self, job_id: str) -> None:
-        """Leave the inbox marker of a record already written (``put(..., new=True)`` in two steps)."""
-        write_atomic(self.root / "inbox" / job_id, b"")
+    def put_many(self, recs: Iterable[JobRecord]) -> list[JobRecord]:
+        """:meth:`put` each (a sweep's records: each file fsync'ed before this returns)."""
+        return [self.put(r) for r in recs]
 
-    def get(self, job_id: str) -> Optional[dict[str, Any]]:
+    def get(self, job_id: str) -> Optional[JobRecord]:
         """A job's record, or None (missing or unreadable)."""
         try:
-            return json.loads(self.path(job_id).read_text())
-        except (OSError, ValueError):
+            return JobRecord.from_json(json.loads(self.path(job_id).read_text()))
+        except (OSError, ValueError, TypeError):
             return None
 
     def exists(self, job_id: str) -> bool:
         return self.path(job_id).exists()
 
-    def all(self) -> dict[str, dict[str, Any]]:
-        """Every record (``*.tmp`` and unreadable files skipped), by id."""
-        out = {}
+    def all(self) -> dict[str, JobRecord]:
+        """Every readable record, by id; the unreadable ones (a file cut or edited by hand) are
+        left out and named in :attr:`unreadable`."""
+        out: dict[str, JobRecord] = {}
+        self.unreadable = {}
         for p in (self.root / "jobs").glob("*.json"):
             try:
-                rec = json.loads(p.read_text())
-            except (OSError, ValueError):
+                rec = JobRecord.from_json(json.loads(p.read_text()))
+            except (OSError, ValueError, TypeError):
+                self.unreadable[p.stem] = p
                 continue
-            out[rec.get("id", p.stem)] = rec
+            out[rec.id] = rec
         return out
-
-    def take_inbox(self) -> list[str]:
-        """Ids of records queued since the last call (their markers are removed)."""
-        ids = []
-        for p in (self.root / "inbox").iterdir():
-            if p.name.startswith("."):
-                continue
-            ids.append(p.name)
-            p.unlink(missing_ok=True)
-        return sorted(ids)
 
     def remove(self, job_id: str) -> None:
         self.path(job_id).unlink(missing_ok=True)
-
-    # ------------------------------------------------------------------ control requests
-    def request(self, op: str, job_id: str) -> None:
-        """Leave a request for the queue (``cancel``), picked up within a tick."""
-        write_atomic(self.root / "control" / f"{op}-{job_id}", b"")
-
-    def take_requests(self) -> list[tuple[str, str]]:
-        """``(op, job_id)`` of the requests left since the last call (removed)."""
-        out = []
-        for p in (self.root / "control").iterdir():
-            if p.name.startswith(".") or "-" not in p.name:
-                continue
-            op, _, job_id = p.name.partition("-")
-            out.append((op, job_id))
-            p.unlink(missing_ok=True)
-        return out
 
     # ------------------------------------------------------------------ code snapshots
     def code_dir(self, key: str) -> Path:
         return self.root / "code" / key
 
-    def keep_code(self, key: str, src: Path) -> Path:
-        """A durable copy of ``src`` (a job's unpacked working_dir) under ``key``, once per key.
+    def has_code(self, key: str) -> bool:
+        return bool(key) and self.code_dir(key).is_dir()
 
-        Copied into a temp dir and renamed, so a cut copy is never taken for a whole one.
+    def keep_zip(self, key: str, archive: Path) -> Path:
+        """Unpack a code archive as snapshot ``key``, once: into a temp dir, then renamed into place,
+        so a cut unpack is never taken for a whole snapshot.
+
+        Raises:
+            ValueError: not a zip archive, or an entry that would land outside the snapshot.
         """
         dest = self.code_dir(key)
         if dest.is_dir():
             return dest
-        tmp = dest.with_name(f".{key}.{os.getpid()}.tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        shutil.copytree(src, tmp, symlinks=True)
+        tmp = dest.with_name(f".{key}.{os.getpid()}.{time.monotonic_ns()}.tmp")
         try:
-            os.replace(tmp, dest)
-        except OSError:  # another job of the same code won the race: theirs is as good
+            with zipfile.ZipFile(archive) as z:
+                for name in z.namelist():
+                    target = (tmp / name).resolve()
+                    if not str(target).startswith(str(tmp.resolve()) + os.sep) and target != tmp.resolve():
+                        raise ValueError(f"the code archive has an entry outside its root: {name!r}")
+                z.extractall(tmp)
+        except zipfile.BadZipFile as e:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise ValueError(f"the code upload is not a zip archive ({e})") from None
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        tmp.mkdir(exist_ok=True)  # an empty working_dir is an empty archive
+        if not place(tmp, dest):
+            shutil.rmtree(tmp, ignore_errors=True)
+        return dest
+
+    def keep_dir(self, key: str, src: Path) -> Path:
+        """A durable copy of the directory ``src`` as snapshot ``key`` (once per key)."""
+        dest = self.code_dir(key)
+        if dest.is_dir():
+            return dest
+        tmp = dest.with_name(f".{key}.{os.getpid()}.{time.monotonic_ns()}.tmp")
+        shutil.copytree(src, tmp, symlinks=True)
+        if not place(tmp, dest):
             shutil.rmtree(tmp, ignore_errors=True)
         return dest
 
     def code_of(self, job_id: str) -> str:
-        """The code key of ``job_id``'s durable snapshot, which must still be whole on disk.
+        """The code key of ``job_id``'s snapshot, which must still be whole on disk.
 
         Raises:
             LookupError: one line -- the queue has no record of the job, or its snapshot is gone
@@ -161,11 +148,10 @@ class QueueStore:
         rec = self.get(job_id)
         if rec is None:
             raise LookupError(f"the queue has no record of {job_id} (it was not submitted through rayjobs on this cluster)")
-        key = str(rec.get("code") or "")
-        if not key or not self.code_dir(key).is_dir():
+        if not self.has_code(rec.code):
             raise LookupError(f"the code snapshot of {job_id} is gone (the queue keeps a finished job's code "
                               f"RAYJOBS_CODE_RETENTION_S, 7 days by default): submit it again from its source")
-        return key
+        return rec.code
 
     def drop_code(self, keep: set[str]) -> int:
         """Remove code snapshots no record names (``keep``); the number removed."""
@@ -178,5 +164,5 @@ class QueueStore:
 
     def stray_tmp(self) -> Iterator[Path]:
         """Left-overs of writers cut off mid-write (safe to delete)."""
-        for sub in ("jobs", "code", "inbox", "control"):
-            yield from (self.root / sub).glob(".*.tmp")
+        for sub in ("jobs", "code"):
+            yield from (p for p in (self.root / sub).iterdir() if is_temp(p.name))

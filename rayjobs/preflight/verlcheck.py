@@ -68,10 +68,9 @@ def stub_model(root: Path) -> str:
                             eos_token="</s>").save_pretrained(tmp)
     Qwen2Config(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
                 num_key_value_heads=1, architectures=["Qwen2ForTokenClassification"]).save_pretrained(tmp)
-    try:
-        os.rename(tmp, d)
-    except OSError:  # another process made it first
-        pass
+    from rayjobs.contract.files import place
+
+    place(tmp, d)  # False: another process made it first
     return str(d) if (d / "config.json").is_file() else str(tmp)
 
 

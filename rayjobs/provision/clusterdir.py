@@ -3,7 +3,6 @@ token, 0600, and the tunnel's log), and the names both ``up`` and ``connect`` us
 
 from __future__ import annotations
 
-import os
 import secrets
 from pathlib import Path
 from typing import Optional
@@ -39,13 +38,11 @@ def cluster_dir(name: str) -> Path:
 
 
 def write_secret(path: Path, value: str) -> None:
+    """Write a secret (a token) readable by its owner only, at once."""
+    from rayjobs.contract.files import write_atomic
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".new")
-    tmp.unlink(missing_ok=True)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    os.write(fd, value.encode())
-    os.close(fd)
-    os.replace(tmp, path)
+    write_atomic(path, value.encode(), mode=0o600)
 
 
 def local_token(name: str, create: bool = False) -> Optional[Path]:

@@ -143,8 +143,8 @@ def _record(name: str, url: str, state: dict[str, Any], extra: dict[str, dict[st
         "ray_version": state.get("ray_version"),
         "verl_version": state.get("verl_version"),
         "secrets": state.get("secrets"),  # names the cluster's jobs get (preflight's secret check)
-        # Tunnelled head-loopback ports: the metrics gateway (every node's Ray metrics), and the
-        # head's Prometheus / Grafana when someone starts them there (see metrics_help).
+        # Tunnelled head-loopback ports: the queue's API, the metrics gateway (every node's Ray
+        # metrics), and the head's Prometheus / Grafana when someone starts them there (see metrics_help).
         **{k: f"http://127.0.0.1:{f['local']}" for k, f in extra.items()},
         "ray_temp_dir": state.get("ray_temp_dir"),
         "tunnel": tunnel,
@@ -153,9 +153,10 @@ def _record(name: str, url: str, state: dict[str, Any], extra: dict[str, dict[st
 
 
 #: Head-loopback ports tunnelled besides the Jobs API: name -> (the ready record's key or a fixed
-#: remote port, the preferred local port). Prometheus and Grafana are the user's to start on the
-#: head (metrics_help says how, with Ray's own configs), bound to its loopback like the rest.
-FORWARDS = {"metrics": ("metrics", 8264), "prometheus": (9090, 9090), "grafana": (3000, 3000)}
+#: remote port, the preferred local port). ``api`` is the queue's API (every rayjobs command talks
+#: to it); Prometheus and Grafana are the user's to start on the head (metrics_help says how, with
+#: Ray's own configs), bound to its loopback like the rest.
+FORWARDS = {"api": ("api", 8263), "metrics": ("metrics", 8264), "prometheus": (9090, 9090), "grafana": (3000, 3000)}
 
 
 def _extra_forwards(state: dict[str, Any], taken: set[int]) -> dict[str, dict[str, Any]]:

@@ -94,18 +94,11 @@ METRICS_MAX_BYTES = 8 << 20
 
 
 def _atomic_write(p: Path, data: bytes) -> None:
-    """``tmp + fsync + rename``: a reader sees the old file or the new one, never half of one."""
-    import threading
+    """The local record's files: readable by their owner only, written at once (:func:`rayjobs.contract.files.write_atomic`)."""
+    from rayjobs.contract.files import write_atomic
 
     p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(f".{p.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, p)
+    write_atomic(p, data, mode=0o600)
 
 
 def kept(job_id: str) -> Optional[dict[str, Any]]:

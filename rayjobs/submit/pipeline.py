@@ -82,14 +82,14 @@ def prepare(points: Sequence[Composed], sweep: bool = False) -> list[Prepared]:
     return out
 
 
-def _check_working_dir(wd: str, excludes: list[str], warm_sdk: bool) -> None:
+def _check_working_dir(wd: str, excludes: list[str], pack: bool) -> None:
     from rayjobs.submit import workingdir
 
     workingdir.check(wd, excludes)
-    if warm_sdk:
-        from rayjobs.client import dashboard
+    if pack:
+        from rayjobs.client import codepack
 
-        dashboard.warm_up()  # send() needs the Jobs SDK next: import it here, overlapping the checks
+        codepack.pack(wd, excludes)  # send() uploads it next: packed here, overlapping the checks
 
 
 def run_preflight(prepared: Sequence[Prepared]) -> None:
@@ -115,21 +115,23 @@ def send(prepared: Sequence[Prepared], address: Optional[str] = None, *, dashboa
          code_of: Optional[str] = None) -> list[str]:
     """The second half of submit: connect, check against the live cluster, queue every point, record.
 
-    Every point goes into the cluster's durable queue in one small Ray job (its working_dir is the
-    user's code, so the code travels once and is kept with the backlog); this returns once that
-    job has written them (:mod:`rayjobs.oncluster.enqueue`) and the queue has taken them in. The
-    queue then submits each to Ray, under the id returned here, when it fits.
+    Every point goes into the cluster's durable queue in one request to its API (the code goes up
+    once per content, and only if the queue lacks it); this returns once the queue holds them on
+    disk. The queue then submits each to Ray, under the id returned here, when it fits.
 
     ``dashboard``: an open client (else one for ``address``). ``code_of``: a job id whose durable
     code snapshot the points run with instead of their working_dir (``rayjobs rerun``).
     """
+    import sys
+
     from rayjobs.client.connection import connect
-    from rayjobs.client.queuechannel import enqueue
+    from rayjobs.client.queueapi import queue_jobs
     from rayjobs.preflight import checks
 
     d = dashboard or connect(address, address_from="rayjobs.address", quiet=False)
     checks.check_cluster(d, prepared)
-    ids = enqueue(d, [p.spec.submit_kwargs() for p in prepared], prepared[0].spec.runtime_env, code_of=code_of)
+    ids = queue_jobs(d.queue, [p.spec.submit_kwargs() for p in prepared], dict(prepared[0].spec.runtime_env),
+                     code_of=code_of, say=lambda msg: print(f"rayjobs: {msg}", file=sys.stderr, flush=True))
     for p in prepared:
         _record(d, p)
     return ids

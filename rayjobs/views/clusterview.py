@@ -37,21 +37,12 @@ def view(d: Optional["Dashboard"] = None, address: Optional[str] = None) -> dict
                      "versions": labels_versions(n.get("labels") or {})})
     rows.sort(key=lambda r: (not r["head"], str(r["ip"])))
     metrics = _use(d, rows)
-    view = queuestatus.QueueView.read(d)
+    summary = d.queue.summary()
     counts: dict[str, int] = {}
-    in_ray = set()
-    for j in d.list_jobs():
-        if j.get("submission_id") in view.waiting:  # the queue's pre-started job: QUEUED below
-            continue
-        in_ray.add(j.get("submission_id"))
+    for j in queuestatus.all_jobs(d):
         counts[status_of(j)] = counts.get(status_of(j), 0) + 1
-    for sid, h in view.history.items():  # finished jobs Ray has pruned still count
-        if sid not in in_ray and h.get("status"):
-            counts[str(h["status"])] = counts.get(str(h["status"]), 0) + 1
-    if view.waiting:
-        counts["QUEUED"] = len(view.waiting)
-    queued = [{"id": sid, "queue_position": e["position"], "reason": e.get("reason")} for sid, e in view.waiting.items()]
-    queued.sort(key=lambda q: q["queue_position"] or 0)
+    queued = [{"id": v["submission_id"], "queue_position": v.get("queue_position"), "reason": v.get("message")}
+              for v in summary.get("line") or []]
     rec = settings.remembered_cluster()
     return {
         "name": rec.get("name") if target.source.startswith("cluster") else target.source,
@@ -62,7 +53,7 @@ def view(d: Optional["Dashboard"] = None, address: Optional[str] = None) -> dict
         "gpus_free": sum(r["gpus"] - r["gpus_used"] for r in rows),
         "jobs": counts,
         "queue": queued,
-        "users": view.users,  # GPUs held, jobs running/waiting and the quota, per user (the queue's)
+        "users": summary.get("users") or {},  # GPUs held, jobs running/waiting and the quota, per user (the queue's)
         "metrics": metrics,
         "client_versions": (mine := _client_versions()),
         "warnings": version_warnings(mine, rows),

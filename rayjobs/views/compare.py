@@ -150,9 +150,11 @@ def eval_jobs(jobs: Sequence[Any], point_ids: set[str]) -> list[Any]:
     for e in ledger.entries():
         if str((e.get("metadata") or {}).get(EVAL_OF)) in point_ids and str(e.get("id")) not in known:
             newest[str(e.get("id"))] = e
-    rows = [jobrows.local_row(e, ledger.seen(str(e.get("cluster") or e.get("address"))),
-                              str(e.get("address") or "the embedded local cluster")) for e in newest.values()]
-    return found + jobrows.as_local_jobs(rows)
+    from rayjobs.views import localrows
+
+    rows = [localrows.local_row(e, ledger.seen(str(e.get("cluster") or e.get("address"))),
+                                str(e.get("address") or "the embedded local cluster")) for e in newest.values()]
+    return found + localrows.as_local_jobs(rows)
 
 
 def eval_values(dash: Any, evals: Sequence[Any], rank: str) -> dict[str, dict[str, Any]]:

@@ -47,12 +47,12 @@ def recorded_log(d: "Dashboard", job_id: str, tail: Optional[int], clean: bool) 
     streamed in chunks of whole lines (a 100k-line log is never held in memory)."""
     from rayjobs.client.dashboard import LOG_FILE, DashboardDown
     from rayjobs.views import logparse
-    from rayjobs.views.queuestatus import QueueView
+    from rayjobs.views import queuestatus
 
-    log = (QueueView.read(d).history.get(job_id) or {}).get("log") or {}
-    if not log.get("node_id"):
+    node = (queuestatus.queue_job(d, job_id) or {}).get("driver_node_id")
+    if not node:
         return
-    params = {"node_id": log["node_id"], "filename": log["file"], "lines": tail if tail is not None else -1}
+    params = {"node_id": node, "filename": f"job-driver-{job_id}.log", "lines": tail if tail is not None else -1}
     split = logparse.LineSplitter()
     with d.get(LOG_FILE, params, stream=True, read_timeout=30.0) as r:
         if r.status_code != 200:

@@ -3,7 +3,9 @@
 A row is a JSON-able dict with the contract's fields (design §3): ``id, status, experiment, sweep,
 overrides, priority, attempt, submitted_at, queue_position``, plus ``sweep_overrides, run, gpus,
 start_time, end_time, message (Ray's, without its log copy), error (the log's last exception line, FAILED jobs), step, total_steps, score, metrics, wandb_url``. ``QUEUED`` and
-``queue_position`` come from :func:`rayjobs.views.queuestatus.overlay`.
+``queue_position`` are the queue's (:mod:`rayjobs.views.queuestatus`). Rows of jobs only the
+local record knows are :mod:`rayjobs.views.localrows`; the final copies kept of ended jobs are
+written by :mod:`rayjobs.api.keeping` (views read, never write).
 Progress comes from the run's metrics JSONL when its dir is readable here (the embedded
 cluster), else from the tail of the job's log.
 """
@@ -192,7 +194,7 @@ def add_progress(row: dict[str, Any], job: Any, dash: Optional["Dashboard"], lin
     ``tails``: where to leave the raw log tail read (by id), so a final copy needs no second read.
     """
     if field(job, "from_queue"):
-        return _final_progress(row, field(job, "final") or {}, field(job, "checkpoint_step"))
+        return _final_progress(row, job)
     if row["status"] == "QUEUED":
         return row
     m = meta(job)
@@ -234,13 +236,18 @@ def add_progress(row: dict[str, Any], job: Any, dash: Optional["Dashboard"], lin
     return row
 
 
-def _final_progress(row: dict[str, Any], final: dict[str, Any], checkpoint: Optional[int] = None) -> dict[str, Any]:
+def _final_progress(row: dict[str, Any], job: Any) -> dict[str, Any]:
+    """An ended job's progress from what the queue kept of it: its own attempts only (a resume of
+    the same run has its own row)."""
+    final = field(job, "final") or {}
     data = dict(final.get("data") or {})
-    row["checkpoint_step"] = checkpoint
+    row["checkpoint_step"] = field(job, "checkpoint_step")
     row["step"] = final.get("step")
     row["score"] = data.get("critic/score/mean")
     row["metrics"] = {k: v for k, v in data.items() if isinstance(v, (int, float))}
-    row["attempt"] = row["attempt"] if row["attempt"] is not None else int(final.get("attempts") or 1)
+    own = [int(a) for a in field(job, "attempts") or []]
+    if row["attempt"] is None:
+        row["attempt"] = max(own) if own else int(final.get("attempts") or 1)
     return row
 
 
@@ -260,20 +267,14 @@ def scan_head(dash: "Dashboard", job_id: str, node: str, p: logparse.Progress, l
     p.attempt = p.attempt or head.attempt
 
 
-def rows(jobs: Iterable[Any], dash: "Dashboard", progress: bool = True, limit_progress: int = 100,
-         keep: bool = False) -> list[dict[str, Any]]:
-    """Rows for ``jobs`` (oldest first): Ray's jobs and the dict form of those the queue holds or has
-    finished; progress for the newest ``limit_progress`` that run or ran in Ray.
-
-    Every row shown is remembered (:func:`rayjobs.submit.ledger.remember_seen`), and a final copy
-    is kept of each ended job among the newest ``limit_progress`` (its log tail was just read);
-    ``keep``: of every ended job, with its metrics from the log where the run dir is not readable.
+def rows(jobs: Iterable[Any], dash: Optional["Dashboard"], progress: bool = True, limit_progress: int = 100,
+         tails: Optional[dict[str, bytes]] = None) -> list[tuple[dict[str, Any], Any]]:
+    """(row, job) for ``jobs``, oldest first: progress for the newest ``limit_progress`` that run or
+    ran in Ray, and for every ended one from what the queue kept (``final``). ``tails``: where the
+    raw log tails read go (by id), so a final copy needs no second read. Reads; writes nothing.
     """
     jobs = sorted(jobs, key=order)
     out = [base_row(j) for j in jobs]
-    tails: dict[str, bytes] = {}
-    if keep:
-        limit_progress = len(out)
     if progress and out:
         pairs = [(r, j) for r, j in zip(out, jobs) if not field(j, "from_queue")][-limit_progress:]
         pairs += [(r, j) for r, j in zip(out, jobs) if field(j, "from_queue")]
@@ -282,148 +283,7 @@ def rows(jobs: Iterable[Any], dash: "Dashboard", progress: bool = True, limit_pr
     for r in out:
         if r["attempt"] is None:
             r["attempt"] = 0 if r["status"] in ("PENDING", "QUEUED") else 1
-    if progress and out and dash is not None:
-        window = list(zip(out, jobs))[-limit_progress:]
-        keep_rows([(r, j) for r, j in window if r["status"] in TERMINAL], dash, tails, from_log=keep)
-        _remember(dash, out)
-    return out
-
-
-def _remember(dash: Any, out: list[dict[str, Any]]) -> None:
-    from rayjobs.submit import ledger
-
-    try:
-        ledger.remember_seen(dash.target.key, out)
-    except OSError:
-        pass  # a read-only home: the rows are still shown
-
-
-# --------------------------------------------------------------------------- final copies
-def keep_rows(pairs: list[tuple[dict[str, Any], Any]], dash: Any, tails: Optional[dict[str, bytes]] = None,
-              from_log: bool = False) -> int:
-    """Keep a final copy of each ended job of ``pairs`` (row, job) not kept yet (8 at a time);
-    ``from_log``: read the metrics from the log where the run dir is not readable. How many kept."""
-    from rayjobs.submit import ledger
-
-    ended = [(r, j) for r, j in pairs if r.get("status") in TERMINAL]
-    kept = {str(r["id"]) for r, _ in ended if ledger.is_kept(str(r["id"]))}
-    todo = [(r, j) for r, j in ended if str(r["id"]) not in kept]
-    if from_log:  # copies kept without metrics (a remote run dir): their curves from the logs, once
-        todo += [(r, j) for r, j in ended if str(r["id"]) in kept and not (ledger.kept(str(r["id"])) or {}).get("metrics_from")]
-    if not todo:
-        return 0
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        return sum(pool.map(lambda rj: keep_job(dash, rj[1], rj[0], (tails or {}).get(str(rj[0]["id"])),
-                                                from_log=from_log), todo))
-
-
-def keep_job(dash: Any, job: Any, row: Optional[dict[str, Any]] = None, tail: Optional[bytes] = None, *,
-             from_log: bool = False, history: Optional[dict[int, dict[str, float]]] = None) -> bool:
-    """Keep the final copy of one ended job (once): row, log tail, metrics; for a copy kept without
-    metrics, those (``from_log``, or the ``history`` plot read). False if nothing was written: kept
-    before, still running, or the disk refused it (a view never fails for its copy)."""
-    from rayjobs.submit import ledger
-
-    jid = str(field(job, "submission_id"))
-    try:
-        if ledger.is_kept(jid):  # only the metrics of a copy kept without them may still come
-            if (not from_log and history is None) or (ledger.kept(jid) or {}).get("metrics_from"):
-                return False
-            metrics, src = _metrics_of(dash, job, history, from_log)
-            return metrics is not None and ledger.keep_metrics(jid, metrics, str(src))
-        if row is None:
-            t: dict[str, bytes] = {}
-            row = add_progress(base_row(job), job, dash, lines=ledger.TAIL_LINES, tails=t)
-            tail = t.get(jid)
-        if row.get("status") not in TERMINAL:
-            return False
-        tail = tail if tail is not None else _fetch_tail(dash, job)
-        if from_log and row.get("total_steps") is None and field(job, "driver_node_id") and not field(job, "from_queue"):
-            _scan_total(dash, job, row)  # list reads only the log's end; the copy is for good
-        if tail is not None and row.get("status") == "FAILED" and not row.get("error"):
-            row["error"] = logparse.failure_line(logparse.clean_block(tail.decode("utf-8", "replace")))
-        metrics, src = _metrics_of(dash, job, history, from_log)
-        final = dict(row, queue_position=None, attempt=row.get("attempt") or 1)
-        return ledger.keep_final(jid, final, log_tail=tail, metrics=metrics, metrics_from=src)
-    except OSError:
-        return False
-
-
-def _scan_total(dash: Any, job: Any, row: dict[str, Any]) -> None:
-    """Total steps and W&B run from the log's first MB (they are printed once, at the start)."""
-    p = logparse.Progress()
-    try:
-        scan_head(dash, str(row["id"]), str(field(job, "driver_node_id")), p, limit=1 << 20)
-    except Exception:  # noqa: BLE001  (the copy is kept without them)
-        return
-    row["total_steps"] = row.get("total_steps") or p.total
-    row["wandb_url"] = row.get("wandb_url") or p.wandb_url
-
-
-def keep_seen_row(dash: "Dashboard", row: dict[str, Any]) -> None:
-    """``rayjobs status``: remember the row and, for an ended job not kept yet, keep its final copy
-    (one more read of the job and of its log's end, once per job)."""
-    from rayjobs.errors import RayjobsError
-    from rayjobs.submit import ledger
-    from rayjobs.views.queuestatus import QueueView
-
-    if row.get("source") is not None:
-        return
-    _remember(dash, [row])
-    if row.get("status") not in TERMINAL or ledger.is_kept(str(row["id"])):
-        return
-    try:
-        job: Any = dash.job(str(row["id"]))
-    except RayjobsError:
-        job = None
-    if not job or not job.get("metadata"):  # pruned from Ray: the queue's history has it
-        job = QueueView.read(dash, revive=False).as_job(str(row["id"])) or job
-    if job:
-        keep_job(dash, job, row)
-
-
-def _fetch_tail(dash: Any, job: Any) -> Optional[bytes]:
-    """The end of an ended job's driver log: from Ray, or by its file name once Ray pruned it."""
-    from rayjobs.submit import ledger
-
-    node, jid = field(job, "driver_node_id"), str(field(job, "submission_id"))
-    if not node or dash is None:
-        return None
-    try:
-        if field(job, "from_queue"):
-            return dash.node_file(node, f"job-driver-{jid}.log", ledger.TAIL_LINES)
-        return dash.log_tail(jid, node, ledger.TAIL_LINES, max_bytes=8 << 20)
-    except Exception:  # noqa: BLE001  (a dead node, a restarting dashboard: keep the row without it)
-        return None
-
-
-def history_jsonl(history: dict[int, dict[str, float]]) -> bytes:
-    """A history as verl's file logger writes it (one ``{"step", "data"}`` per line)."""
-    import json
-
-    return b"".join(json.dumps({"step": s, "data": d}).encode() + b"\n" for s, d in sorted(history.items()))
-
-
-def _metrics_of(dash: Any, job: Any, history: Optional[dict[int, dict[str, float]]],
-                from_log: bool) -> tuple[Optional[list[bytes]], Optional[str]]:
-    """(per-attempt JSONL bodies, where from): the run dir's files if readable here, else the
-    history given, else (``from_log``) the log's step lines; (None, None): not read."""
-    bodies = []
-    for f in metricfiles.jsonl_files(meta(job).get("run_dir")):
-        try:
-            bodies.append(f.read_bytes())
-        except OSError:
-            continue
-    if any(bodies):
-        return bodies, "jsonl"
-    if history is None and from_log and dash is not None:
-        try:
-            history = metricfiles.history_from_log(dash, job)
-        except Exception:  # noqa: BLE001  (the log went away meanwhile: metrics stay unkept)
-            history = None
-    if history is not None:
-        return ([history_jsonl(history)] if history else []), "log"
-    return (bodies, "jsonl") if bodies else (None, None)
+    return list(zip(out, jobs))
 
 
 def select(jobs: Iterable[Any], sweep: Optional[str] = None, status: Optional[list[str]] = None,
@@ -481,113 +341,3 @@ def age(ts: float, now: Optional[float] = None) -> str:
     return f"{int(d)}s"
 
 
-def _cluster_of(entry: dict[str, Any]) -> str:
-    return str(entry.get("cluster") or entry.get("address"))
-
-
-def record_row(entry: dict[str, Any], cluster: str) -> dict[str, Any]:
-    """A row for a job the cluster does not know, from its local record (``rayjobs.submit.ledger``).
-
-    ``cluster``: the current cluster's :attr:`rayjobs.settings.Target.key`.
-    """
-    m = {str(k): str(v) for k, v in (entry.get("metadata") or {}).items()}
-    row = base_row({"submission_id": entry.get("id"), "status": "UNKNOWN", "metadata": m})
-    same = _cluster_of(entry) == cluster
-    where = "the embedded local cluster" if _cluster_of(entry) == "embedded" else entry.get("address")
-    row.update({"attempt": None, "source": "record",
-                "message": (f"not on the cluster any more (its head restarted since it was submitted to {where})"
-                            if same else f"submitted to another cluster: {where}") + "; this row is the local record"})
-    return row
-
-
-def missing_records(known_ids: Iterable[str], cluster: str, sweep: Optional[str] = None) -> list[dict[str, Any]]:
-    """Rows of recorded jobs the cluster does not list: those submitted to ``cluster`` (a
-    :attr:`rayjobs.settings.Target.key`), or those of ``sweep``, wherever they ran."""
-    from rayjobs.submit import ledger
-
-    known = set(known_ids)
-    newest: dict[str, dict[str, Any]] = {}
-    for e in ledger.entries():
-        jid = str(e.get("id") or "")
-        if not jid or jid in known:
-            continue
-        if (e.get("sweep") == sweep) if sweep else _cluster_of(e) == cluster:
-            newest[jid] = e
-    return [kept_row(e) or record_row(e, cluster) for e in _oldest_first(newest)]
-
-
-def _oldest_first(newest: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    return sorted(newest.values(), key=lambda e: (str(e.get("submitted_at")), str(e.get("id"))))
-
-
-# --------------------------------------------------------------------------- the cluster is gone
-def kept_row(entry: dict[str, Any]) -> Optional[dict[str, Any]]:
-    """The row of a job whose final copy was kept (``source`` "local", ``final`` true), or None."""
-    from rayjobs.submit import ledger
-
-    doc = ledger.kept(str(entry.get("id")))
-    if doc is None:
-        return None
-    return dict(doc["row"], source="local", final=True, kept_at=doc.get("kept_at"), queue_position=None,
-                metrics_kept=doc.get("metrics_from"))
-
-
-def local_row(entry: dict[str, Any], seen: dict[str, dict[str, Any]], where: str) -> dict[str, Any]:
-    """A job's row from the local record alone (its cluster unreachable): the final copy kept,
-    else what a command last saw of it, else QUEUED (what its submit left it as); ``final`` says
-    whether that status is the job's last (a job not seen ended may have run on, or not)."""
-    row = kept_row(entry)
-    if row is not None:
-        return row
-    m = {str(k): str(v) for k, v in (entry.get("metadata") or {}).items()}
-    row = base_row({"submission_id": entry.get("id"), "status": "QUEUED", "metadata": m})
-    last = seen.get(str(entry.get("id"))) or {}
-    row.update({k: last[k] for k in last if k in row and last[k] is not None})
-    row.update(source="local", final=row["status"] in TERMINAL, seen_at=last.get("seen_at"),
-               attempt=row.get("attempt") or (0 if row["status"] == "QUEUED" else 1))
-    when = f"last seen {row['status']} at {last['seen_at']}" if last else f"submitted to {where}, never seen since"
-    row["message"] = when + ("" if row["final"] else f"; {where} is gone or unreachable, so where it stands now is unknown")
-    return row
-
-
-def local_rows(cluster: str, where: str, sweep: Optional[str] = None) -> list[dict[str, Any]]:
-    """Rows of every recorded job of ``cluster`` (or of ``sweep``, wherever it ran) from the local
-    record alone: what ``rayjobs list`` shows while that cluster cannot be reached."""
-    from rayjobs.submit import ledger
-
-    newest: dict[str, dict[str, Any]] = {}
-    for e in ledger.entries():
-        jid = str(e.get("id") or "")
-        if jid and ((e.get("sweep") == sweep) if sweep else _cluster_of(e) == cluster):
-            newest[jid] = e
-    if sweep and not newest:
-        sweeps = sorted({str(e.get("sweep")) for e in ledger.entries() if e.get("sweep")})
-        raise JobNotFound(f"no sweep {sweep!r} in the local record{did_you_mean(sweep, sweeps)}")
-    seen = ledger.seen(cluster)
-    return [local_row(e, seen, where) for e in _oldest_first(newest)]
-
-
-def as_local_jobs(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Local rows in the dict form of Ray's job details (for ``plot``), their metadata from the record."""
-    from rayjobs.submit import ledger
-
-    rows = list(rows)
-    want = {str(r["id"]) for r in rows}
-    entries = {str(e.get("id")): e for e in ledger.entries() if str(e.get("id")) in want}  # one read of the ledger
-    return [{"submission_id": r["id"], "status": r["status"], "from_record": True,
-             "metadata": {str(k): str(v) for k, v in (entries.get(str(r["id"]), {}).get("metadata") or {}).items()}}
-            for r in rows]
-
-
-def unreachable_rows(address: Optional[str], sweep: Optional[str], why: Exception, say: Any = None) -> list[dict[str, Any]]:
-    """``list``/``plot`` while the cluster at ``address`` cannot be reached: its jobs from the local
-    record (:func:`local_rows`); ``say`` is told so in one line, with why."""
-    from rayjobs import settings
-
-    target = settings.resolve_target(address)
-    where = target.address or "the embedded local cluster"
-    rows = local_rows(target.key, where, sweep)
-    if say:
-        say(f"cluster {where} unreachable: showing the local record ({len(rows)} job(s); STATUS* = the final "
-            f"state kept here, (cluster gone) = last seen, may have changed since). {why}")
-    return rows

@@ -150,15 +150,11 @@ def _view(job_id: str, live: bool, as_json: bool, lines: Optional[int], job_of: 
 
 
 def _ended(d: "Dashboard", job_id: str, follower: Any, progress: Any, json_view: Any, live: bool) -> int:
-    """The job is over: keep its final copy, say how it ended (stderr; JSON: ``job_ended``); its exit code."""
+    """The job is over: say how it ended (stderr; JSON: ``job_ended``); its exit code."""
     from rayjobs.views import logparse
     from rayjobs.views.panel import status_line
 
     status = follower.status
-    if status in TERMINAL:
-        from rayjobs.views import jobrows
-
-        jobrows.keep_job(d, follower.job)  # the end of a tail keeps the final copy (once)
     if not live:
         _say(status_line(job_id, status, progress))
     cause = logparse.failure_summary(follower.job, bytes(follower.tail)) if status == "FAILED" else None
@@ -208,15 +204,14 @@ MAX_PREEMPTIONS = 1000
 
 def preempted_by(d: "Dashboard", job_id: str, status: str) -> Optional[str]:
     """The job that preempted ``job_id``, if its STOPPED is a preemption (it goes back in line)."""
-    from rayjobs.views.queuestatus import QueueView
+    from rayjobs.views import queuestatus
 
     if status != "STOPPED":
         return None
-    view = QueueView.read(d, revive=False, history=False)
-    if view.holds(job_id):
-        return str((view.preempted.get(job_id) or {}).get("by") or
-                   ((view.waiting.get(job_id) or {}).get("preempted") or {}).get("by") or "a job of higher priority")
-    return view.preempting_for(job_id)
+    v = queuestatus.queue_job(d, job_id)
+    if queuestatus.is_waiting(v):
+        return queuestatus.preempted_by(v) or "a job of higher priority"
+    return (v or {}).get("preempting_for") or None
 
 
 def _next_run(d: "Dashboard", job_id: str, status: str, seen: int, lost: bool) -> Optional[int]:
@@ -237,15 +232,15 @@ def _next_run(d: "Dashboard", job_id: str, status: str, seen: int, lost: bool) -
 
 def back_in_line(d: "Dashboard", job_id: str, every: float = 0.5) -> bool:
     """Does the queue hold ``job_id`` (waiting, admitted or preempted)? Asked when Ray stopped knowing
-    a job we followed; the queue, revived by this very read after a restart of the head's Ray, may
-    need a moment to reload its backlog: asked again for up to :data:`GONE_S` seconds."""
-    from rayjobs.views.queuestatus import QueueView
+    a job we followed; the queue, coming back with the head's Ray, may need a moment to reload its
+    backlog: asked again for up to :data:`GONE_S` seconds."""
+    from rayjobs.views import queuestatus
 
     deadline = time.monotonic() + GONE_S
     while True:
         try:
-            v = QueueView.read(d, history=False)
-            if job_id in v.waiting or job_id in v.admitted or v.holds(job_id):
+            v = queuestatus.queue_job(d, job_id)
+            if v is not None and v.get("state") in ("waiting", "admitted"):
                 return True
         except Exception:  # noqa: BLE001 (the queue not answering yet: asked again)
             pass
@@ -255,43 +250,42 @@ def back_in_line(d: "Dashboard", job_id: str, every: float = 0.5) -> bool:
 
 
 def wait_until_in_ray(d: "Dashboard", job_id: str, every: float = 0.5, after_preemption: bool = False) -> Optional[str]:
-    """Wait while the queue holds the job (saying its place when it changes); None once Ray has it,
+    """Wait while the queue holds the job (saying its place when it changes); None once Ray runs it,
     or the final status of a job the queue finished that Ray no longer lists.
 
-    ``after_preemption``: Ray's entry may be the stopped run's until the queue resubmits the job.
+    ``after_preemption``: Ray's entry is the stopped run's until the queue resubmits the job (the
+    queue's view says so: QUEUED, then admitted and in Ray).
 
     Raises:
         NoSuchJob: neither Ray nor the queue has known the job for :data:`GONE_S` seconds.
     """
     from rayjobs.errors import JobNotFound, NoSuchJob
-    from rayjobs.views.queuestatus import QueueView
+    from rayjobs.views import queuestatus
 
     shown, missing_since = None, None
     while True:
-        try:
-            meta = d.job(job_id).get("metadata") or {}
-            if meta.get(STANDBY_KEY) or after_preemption:  # held by the queue until it admits it
-                v = QueueView.read(d, revive=False, history=False)
-                if not (job_id in v.waiting or v.holds(job_id) or v.preempting_for(job_id)):
-                    return None
-            # no metadata: perhaps the entry Ray writes back for a job pruned too soon (the history knows)
-            elif meta or job_id not in QueueView.read(d, revive=False).history:
-                return None
-        except JobNotFound:
-            pass
-        view = QueueView.read(d, history=missing_since is not None)  # the history only when it left the queue
-        entry = view.waiting.get(job_id)
-        if entry is not None:
-            missing_since = None
-            if entry["position"] != shown:
-                shown = entry["position"]
-                _say(f"{job_id} QUEUED at position {shown}: {entry.get('reason') or 'waiting for GPUs'}")
-        elif job_id in view.history and job_id not in view.admitted:
-            return str(view.history[job_id].get("status") or "FAILED")
-        elif job_id not in view.admitted:
-            missing_since = missing_since or time.monotonic()
-            if time.monotonic() - missing_since > GONE_S:
-                raise NoSuchJob(f"no job {job_id!r} on the cluster or in its queue; `rayjobs list` shows the ids")
+        v = queuestatus.queue_job(d, job_id)
+        if v is None:
+            try:
+                d.job(job_id)
+                return None  # a Ray job the queue does not know
+            except JobNotFound:
+                missing_since = missing_since or time.monotonic()
+                if time.monotonic() - missing_since > GONE_S:
+                    raise NoSuchJob(f"no job {job_id!r} on the cluster or in its queue; `rayjobs list` shows the ids") from None
+        elif v["status"] == "QUEUED":
+            if v.get("queue_position") != shown:
+                shown = v.get("queue_position")
+                where = f"at position {shown}" if shown else "going back in line"
+                _say(f"{job_id} QUEUED {where}: {v.get('message') or 'waiting for GPUs'}")
+        elif v.get("state") == "admitted" and v.get("in_ray"):
+            return None
+        elif v.get("state") == "done":
+            try:
+                d.job(job_id)
+                return None  # Ray still has it: its log is followed to its end
+            except JobNotFound:
+                return str(v.get("status") or "FAILED")
         time.sleep(every)
 
 

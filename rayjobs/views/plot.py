@@ -10,7 +10,7 @@ gone, the log with it -- the copy the job left in the local record (``rayjobs.su
 from __future__ import annotations
 
 import math
-from typing import Any, Optional, Sequence
+from typing import Callable, Any, Optional, Sequence
 
 from rayjobs.views import metricfiles
 from rayjobs.errors import ConfigError, RayjobsError, did_you_mean
@@ -56,20 +56,6 @@ def kept_history(job: Any) -> Optional[dict[int, dict[str, float]]]:
     return metricfiles.merge_attempts(metricfiles.read_jsonl(f) for f in metricfiles.jsonl_files(str(ledger.run_dir(jid))))
 
 
-def keep_histories(dash: Any, jobs: Sequence[Any], hists: Sequence[tuple[dict[int, dict[str, float]], str]]) -> None:
-    """What plot just read of an ended job goes into its final copy, so it is read once (the log
-    of a remote cluster's job, streamed here anyway, is the only place its curve is)."""
-    from rayjobs.submit import ledger
-    from rayjobs.views import jobrows
-
-    for job, (h, src) in zip(jobs, hists):
-        if field(job, "from_record") or status_of(job) not in TERMINAL or src == "local":
-            continue
-        jid = str(field(job, "submission_id"))
-        if src == "log" or not ledger.is_kept(jid):
-            jobrows.keep_job(dash, job, history=h if src == "log" else None)
-
-
 def labels(jobs: Sequence[Any]) -> list[str]:
     """Legend names: sweep overrides (``kl_coef=0.01``), else the user's overrides, else the id; unique."""
     raw = [overrides_label(meta(j)) or str(field(j, "submission_id")) for j in jobs]
@@ -80,14 +66,15 @@ def labels(jobs: Sequence[Any]) -> list[str]:
 
 
 def collect(dash: Any, jobs: Sequence[Any], metric_names: Optional[Sequence[str]] = None,
-            val: bool = True) -> dict[str, Any]:
+            val: bool = True, read: Optional[Callable[[Sequence[Any], list], None]] = None) -> dict[str, Any]:
     """The plot's data: ``{"metrics": [...], "jobs": [{"id", "label", "source", "series": {m: [[step, v], ...]}}]}``.
 
     Without ``metric_names``: critic/score/mean; with ``val``, plus every ``val-core/*`` key seen.
+    ``read(jobs, histories)`` is told what was read (the library keeps the ended jobs' curves).
     """
     hists = [history(dash, j) for j in jobs]
-    if dash is not None:
-        keep_histories(dash, jobs, hists)
+    if read is not None and dash is not None:
+        read(jobs, hists)
     names = list(metric_names or [DEFAULT_METRIC])
     check_metrics(metric_names or [], [h for h, _ in hists])
     if val:

@@ -163,14 +163,14 @@ def log_records(d: "Dashboard", job_id: str, *, tail: Optional[int] = None) -> I
     from rayjobs.errors import JobNotFound, NoSuchJob
     from rayjobs.views import joblog
     from rayjobs.views.jobfields import status_of
-    from rayjobs.views.queuestatus import QueueView
+    from rayjobs.views import queuestatus
 
-    try:
-        job: Optional[dict[str, Any]] = d.job(job_id)
-    except JobNotFound:
-        job = None
-    if not (job or {}).get("metadata"):  # pruned (or what Ray writes back for a job pruned too soon)
-        job = QueueView.read(d).as_job(job_id) or job
+    job = queuestatus.queue_job(d, job_id)
+    if job is None:
+        try:
+            job = d.job(job_id)
+        except JobNotFound:
+            job = None
     if job is None:
         raise NoSuchJob(f"no job {job_id!r} on the cluster or in its queue; `rayjobs list` shows the ids")
     status = status_of(job)  # read before the log: an ended job's log is whole

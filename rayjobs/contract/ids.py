@@ -1,0 +1,66 @@
+"""The one way a typed id, the start of one, or a sweep id becomes the job ids it names."""
+
+from __future__ import annotations
+
+import difflib
+from typing import Iterable, Mapping, Optional, Sequence
+
+
+class NoMatch(LookupError):
+    """Nothing matches (the message names the closest ids)."""
+
+
+class Ambiguous(LookupError):
+    """Several jobs match a prefix."""
+
+
+def _hint(token: str, names: Iterable[str]) -> str:
+    close = difflib.get_close_matches(token, sorted(set(names)), n=3, cutoff=0.6)
+    return f" (did you mean: {', '.join(close)}?)" if close else ""
+
+
+def resolve(token: str, ids: Iterable[Optional[str]], sweeps: Optional[Mapping[str, Sequence[str]]] = None,
+            *, what: str = "job") -> list[str]:
+    """The job ids ``token`` names: an id (an exact id wins), the unique id it starts, or -- when
+    ``sweeps`` is given (sweep id -> its points' ids) -- a sweep id, which stands for all its
+    points (an exact sweep id, else the unique sweep id it starts when no job id does).
+
+    Empty ids (a plain ``ray.init()`` driver has none) are skipped.
+
+    Raises:
+        NoMatch: nothing matches (one line, the closest ids named).
+        Ambiguous: several match.
+    """
+    known = sorted({i for i in ids if i})
+    sweeps = dict(sweeps or {})
+    if token in known:
+        return [token]
+    if token in sweeps:
+        return sorted(sweeps[token])
+    hits = [i for i in known if i.startswith(token)]
+    if len(hits) == 1:
+        return hits
+    if not hits:
+        swept = [s for s in sweeps if s.startswith(token)]
+        if len(swept) == 1:
+            return sorted(sweeps[swept[0]])
+        hits = swept
+    if not hits:
+        raise NoMatch(f"no {what} matches {token!r}{_hint(token, [*known, *sweeps])}; `rayjobs list` shows the ids")
+    raise Ambiguous(f"{token!r} matches {len(hits)} {what}s ({', '.join(hits[:4])}{', ...' if len(hits) > 4 else ''}); "
+                    f"give more of the id")
+
+
+def resolve_one(token: str, ids: Iterable[Optional[str]], *, what: str = "job") -> str:
+    """The one id ``token`` is or starts (:func:`resolve` without sweeps)."""
+    return resolve(token, ids, what=what)[0]
+
+
+def sweeps_of(metadata_by_id: Mapping[str, Mapping[str, str]]) -> dict[str, list[str]]:
+    """Sweep id -> the ids of its points, from each job's metadata (``sweep``)."""
+    out: dict[str, list[str]] = {}
+    for job_id, meta in metadata_by_id.items():
+        sweep = (meta or {}).get("sweep")
+        if sweep:
+            out.setdefault(str(sweep), []).append(job_id)
+    return out

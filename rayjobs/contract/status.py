@@ -1,0 +1,53 @@
+"""A job's status, as every view shows it, and a queue record's state."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class Status(str, Enum):
+    """What ``rayjobs list``/``status`` say of a job: Ray's statuses, plus ``QUEUED`` (the rayjobs
+    queue holds it) and ``UNKNOWN`` (only the local record knows it: the cluster forgot it)."""
+
+    PENDING = "PENDING"
+    QUEUED = "QUEUED"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    STOPPED = "STOPPED"
+    UNKNOWN = "UNKNOWN"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def terminal(self) -> bool:
+        return self.value in TERMINAL
+
+    @classmethod
+    def of(cls, value: object) -> "Status":
+        """``"RUNNING"``, ``JobStatus.RUNNING`` or ``"JobStatus.RUNNING"`` -> :attr:`RUNNING`;
+        anything else -> :attr:`UNKNOWN`."""
+        text = str(getattr(value, "value", value) or "").split(".")[-1].upper()
+        try:
+            return cls(text)
+        except ValueError:
+            return cls.UNKNOWN
+
+
+#: The statuses that never change again.
+TERMINAL: tuple[str, ...] = ("SUCCEEDED", "FAILED", "STOPPED")
+#: Every status, in the order a user meets them.
+STATUSES: tuple[str, ...] = tuple(s.value for s in Status)
+
+
+class State(str, Enum):
+    """Where a record is in the queue: ``waiting`` (no Ray job yet), ``admitted`` (its Ray job was
+    submitted: the trainer starts, or runs), ``done`` (it ended; its status says how)."""
+
+    WAITING = "waiting"
+    ADMITTED = "admitted"
+    DONE = "done"
+
+    def __str__(self) -> str:
+        return self.value

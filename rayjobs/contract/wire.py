@@ -1,0 +1,231 @@
+"""The queue API's requests and answers: what the laptop sends the head and what comes back.
+
+The queue serves them on the head's loopback (``rayjobs.oncluster.apiserver``) under
+:data:`PREFIX`, JSON in and out, the cluster's auth token as a bearer header; its OpenAPI document
+(``GET /v1/openapi.json``) is generated from these classes. Plain dataclasses (the standard library
+only): the server validates a body into them (an unknown field or a wrong type is a 422 naming
+it: ``__pydantic_config__`` forbids extra fields), the laptop's client builds them and reads the
+answers (:func:`from_json`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Literal, Optional
+
+#: The API's version: every route is under this prefix.
+PREFIX = "/v1"
+#: Where the head's queue listens (its loopback only), unless ``$RAYJOBS_API_PORT`` says otherwise.
+DEFAULT_PORT = 8263
+PORT_ENV = "RAYJOBS_API_PORT"
+#: The file in the head's Ray log dir where the queue says where its API listens (this Ray session's).
+API_FILE = "rayjobs_api.json"
+#: The largest JSON body the API takes (a sweep of a few thousand points), and code archive.
+MAX_BODY_BYTES = 64 << 20
+MAX_CODE_BYTES = 512 << 20
+
+_STRICT = {"extra": "forbid"}
+
+
+@dataclass
+class JobSubmit:
+    """One job to queue: field for field the keyword arguments of Ray's ``submit_job``, the
+    working_dir left out (the code is a snapshot the queue keeps: :class:`EnqueueRequest`)."""
+
+    entrypoint: str
+    submission_id: str
+    metadata: dict[str, str] = field(default_factory=dict)
+    runtime_env: dict[str, Any] = field(default_factory=dict)
+    entrypoint_num_cpus: Optional[float] = None
+    entrypoint_num_gpus: Optional[float] = None
+    entrypoint_memory: Optional[int] = None
+    entrypoint_resources: Optional[dict[str, float]] = None
+    code_of: Optional[str] = None  #: run with this job's code snapshot (an evaluation of each sweep point)
+    __pydantic_config__ = _STRICT
+
+
+@dataclass
+class EnqueueRequest:
+    """Queue jobs, all or none. Their code: the snapshot ``code`` uploaded before
+    (``PUT /v1/code/{code}``), or job ``code_of``'s snapshot (a rerun), or each job's own ``code_of``."""
+
+    jobs: list[JobSubmit]
+    code: Optional[str] = None
+    code_of: Optional[str] = None
+    __pydantic_config__ = _STRICT
+
+
+@dataclass
+class EnqueueReply:
+    ids: list[str]  #: every job of the request, in its order
+    queued: list[str]  #: those queued now
+    existing: list[str]  #: those the queue had already (a retried request queues a job once)
+
+
+@dataclass
+class JobView:
+    """A job as the queue knows it (the fields of Ray's job details where they mean the same)."""
+
+    submission_id: str
+    status: str  #: QUEUED, PENDING (handed to Ray), RUNNING, SUCCEEDED, FAILED, STOPPED, UNKNOWN
+    state: str  #: the record's: waiting, admitted, done ("" when its record is unreadable)
+    metadata: dict[str, str] = field(default_factory=dict)
+    message: Optional[str] = None  #: why it waits, or how it ended
+    queue_position: Optional[int] = None
+    held: Optional[str] = None  #: after, quota, requeueing
+    queued_at: Optional[float] = None
+    admitted_at: Optional[float] = None
+    finished_at: Optional[float] = None
+    start_time: Optional[int] = None  #: Ray's, ms
+    end_time: Optional[int] = None
+    driver_node_id: Optional[str] = None  #: where its driver log is (the dashboard's log API)
+    in_ray: bool = False
+    cause: Optional[str] = None
+    checkpoint_step: Optional[int] = None
+    attempts: list[int] = field(default_factory=list)  #: the run's attempts this job ran
+    first_attempt: Optional[int] = None
+    lost: int = 0
+    preemptions: int = 0
+    preempted: Optional[dict[str, Any]] = None
+    preempting_for: Optional[str] = None
+    reaped: list[str] = field(default_factory=list)
+    final: Optional[dict[str, Any]] = None
+    pruned: bool = False
+    from_queue: bool = False  #: ended: its log by file name, its progress from ``final`` (what the queue kept)
+
+
+@dataclass
+class JobList:
+    jobs: list[JobView]
+    total: int  #: jobs matching the filters, all pages
+    next: Optional[str] = None  #: the cursor of the next page (None: this was the last)
+
+
+@dataclass
+class StopRequest:
+    """Stop jobs: ``now`` (a waiting one never starts; a running one gets SIGTERM and the head's
+    grace), or ``checkpoint`` (a running one stops right after its next checkpoint, at most
+    ``timeout_s`` from now)."""
+
+    ids: list[str]
+    mode: Literal["now", "checkpoint"] = "now"
+    timeout_s: float = 3600.0
+    __pydantic_config__ = _STRICT
+
+
+@dataclass
+class StopOutcome:
+    id: str
+    outcome: Literal["cancelled", "stopping", "at_checkpoint", "ended"]
+    status: str  #: its status now
+    message: str = ""
+
+
+@dataclass
+class StopReply:
+    results: list[StopOutcome]
+
+
+@dataclass
+class ResumeRequest:
+    """Queue an ended job's exact request and code snapshot again as ``new_id`` (default:
+    ``<id>-r<k>``): the same run, so verl resumes from its last checkpoint."""
+
+    new_id: Optional[str] = None
+    __pydantic_config__ = _STRICT
+
+
+@dataclass
+class RerunRequest:
+    """Queue ``job`` (a new id, a new run) with the code snapshot of the job rerun."""
+
+    job: JobSubmit
+    __pydantic_config__ = _STRICT
+
+
+@dataclass
+class QueueSummary:
+    """The queue at a glance (``rayjobs cluster``): the line's head with why each waits, the
+    running jobs, use per user, the quota, the cluster's totals."""
+
+    updated_at: float
+    waiting: int
+    admitted: int
+    backfill_s: float
+    reserving_for: Optional[str]
+    gate: str  #: why no GPU job is admitted now ("" if they may be)
+    cluster: dict[str, Any]
+    quota: dict[str, int]
+    users: dict[str, dict[str, Any]]
+    line: list[JobView]  #: the first waiting jobs, in order
+    running: list[JobView]
+
+
+@dataclass
+class Health:
+    ok: bool
+    version: str  #: rayjobs' on the head
+    session: str  #: the Ray session the queue runs in
+    pid: int
+    started_at: float
+    waiting: int
+    admitted: int
+    unreadable: int  #: record files the queue could not read (named in the job's status)
+
+
+@dataclass
+class ApiError:
+    """Every refusal: one line, what was wrong and what to do."""
+
+    error: str
+
+
+def to_json(obj: Any) -> Any:
+    """A wire object (or a list/dict of them) as plain JSON data."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_json(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (list, tuple)):
+        return [to_json(x) for x in obj]
+    if isinstance(obj, dict):
+        return {k: to_json(v) for k, v in obj.items()}
+    return obj
+
+
+def from_json(cls: type, doc: Any) -> Any:
+    """A wire class from the JSON an answer carried (unknown keys ignored: a newer head may add some).
+
+    Raises:
+        ValueError: ``doc`` is not an object with the class's required fields.
+    """
+    if not isinstance(doc, dict):
+        raise ValueError(f"{cls.__name__}: expected an object, got {type(doc).__name__}")
+    hints = typing.get_type_hints(cls)
+    kw = {}
+    for f in dataclasses.fields(cls):
+        if f.name in doc:
+            kw[f.name] = _typed(hints[f.name], doc[f.name])
+    try:
+        return cls(**kw)
+    except TypeError as e:
+        raise ValueError(f"{cls.__name__}: {e}") from None
+
+
+def _typed(hint: Any, value: Any) -> Any:
+    """Nested wire objects of a field (lists of them, or one); other values as they are."""
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) is list and args and dataclasses.is_dataclass(args[0]) and isinstance(value, list):
+        return [from_json(args[0], v) for v in value]
+    if dataclasses.is_dataclass(hint) and isinstance(value, dict):
+        return from_json(hint, value)
+    return value
+
+
+#: A code snapshot's key: ``z`` + the first 32 hex digits of the sha256 of its archive.
+CODE_KEY_RE = r"^z[0-9a-f]{32}$"
+
+
+def code_key(sha256_hex: str) -> str:
+    """The key of a code archive whose sha256 is ``sha256_hex`` (the laptop and the head agree on it)."""
+    return "z" + sha256_hex[:32]

@@ -1,0 +1,335 @@
+"""The queue as a thin loop: read the store and the cluster, :func:`~rayjobs.oncluster.scheduler.decide`,
+carry out the actions.
+
+The service owns the queue's memory (:class:`~rayjobs.oncluster.queuestate.QueueState`, every
+record by id) and its executors, each of them given the one Jobs-API client it may use
+(:class:`~rayjobs.oncluster.headapi.JobsClient`; a fake one in tests): :mod:`admission` (submit,
+poll), :mod:`standby` (the pre-started next job), :mod:`reaping` (clean GPUs between jobs),
+:mod:`preemption` and :mod:`pruning`. The rules themselves are all in :mod:`scheduler`. What the
+laptop asks (queue, stop, resume) comes through :mod:`rayjobs.oncluster.queuerequests`, what it
+sees through :mod:`rayjobs.oncluster.jobviews`; both run on the loop's thread, between ticks.
+
+* Durable: every change of a job is written to its record before it takes effect. When the
+  service starts -- the first time, after a crash, or after the head's Ray was restarted -- it
+  reloads every record: waiting jobs keep their place; a job Ray no longer knows gets a new attempt
+  that resumes from its checkpoint when ``rayjobs.max_retries`` allows, else ends FAILED.
+* Never blocking: the Jobs API calls run in a small thread pool, so the loop looks at the cluster
+  every 0.1 s while jobs wait (every 20 ms for 3 s after a job ends).
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Callable, Optional
+
+from rayjobs.contract.record import JobRecord
+from rayjobs.contract.status import TERMINAL, State
+from rayjobs.oncluster import pruning, scheduler
+from rayjobs.oncluster.admission import Admitter, Seen, Submitted
+from rayjobs.oncluster.headapi import LOST, JobsClient
+from rayjobs.oncluster.jobrecord import finish_record, lost_attempt, next_attempt, requeued_record
+from rayjobs.oncluster.preemption import Preemptions
+from rayjobs.oncluster.queuestate import QueueState, Running
+from rayjobs.oncluster.reaping import Reaped, Reaping
+from rayjobs.oncluster.scheduler import Admit, CallOff, Decision, Fail, Offer, Policy, Preempt, StopOverdue
+from rayjobs.oncluster.standby import Standby
+from rayjobs.oncluster.store import QueueStore
+from rayjobs.shared import stamp
+
+WAIT_POLL_S = 0.1  #: while jobs wait or run, a tick this often
+IDLE_POLL_S = 0.5
+FAST_POLL_S, FAST_POLL_EVERY_S = 3.0, 0.02  #: after a job ended, this long this often
+DECIDE_EVERY_S = 1.0  #: the rules run at least this often (their clocks: backfill, overdue), else on a change
+STANDBY_CALM_S = 2.0  #: no job is pre-started this long after a waiting one was stopped
+
+
+def policy_from_env() -> Policy:
+    """The head's settings (environment of ``ray start`` on the head)."""
+    from rayjobs.oncluster import policy as team, standby
+
+    on = os.environ.get("RAYJOBS_QUEUE", "1").strip().lower() not in ("0", "off", "false", "no")
+    return Policy(backfill_s=float(os.environ.get("RAYJOBS_QUEUE_BACKFILL_S", 300.0)), quota=team.quota_from_env(),
+                  enabled=on, standby=standby.enabled())
+
+
+class QueueService:
+    """The queue: its state, its executors and the loop that ties them to the rules.
+
+    Args:
+        store: the durable store. jobs: the Jobs API. cluster: what is free per node
+            (:class:`~rayjobs.oncluster.clusterstate.ClusterReader`, or a fake).
+        reap: :func:`rayjobs.oncluster.reaper.reap_job` (or a fake); ``reap_enabled`` False skips it.
+        session: the Ray session the queue runs in (its health says it).
+    """
+
+    def __init__(self, store: QueueStore, jobs: JobsClient, cluster: Any, *, policy: Optional[Policy] = None,
+                 reap: Optional[Callable[..., list[str]]] = None, reap_enabled: bool = True, session: str = "",
+                 pool: Optional[ThreadPoolExecutor] = None) -> None:
+        self.store, self.jobs, self.cluster = store, jobs, cluster
+        self.policy = policy or policy_from_env()
+        self.session, self.started_at = session, time.time()
+        self.pool = pool or ThreadPoolExecutor(max_workers=4, thread_name_prefix="rayjobs-queue")
+        self.state = QueueState()
+        self.records: dict[str, JobRecord] = {}
+        self.events: collections.deque = collections.deque(maxlen=2000)
+        self.standby = Standby(jobs, self.pool, store.code_dir, self._cold_submit)
+        self.admitter = Admitter(jobs, self.pool, store.code_dir, self.standby)
+        self.reaping = Reaping(reap or (lambda job_id, **kw: []), self.pool, jobs.details,
+                               enabled=reap is not None and reap_enabled, note=self.note)
+        self.preemptions = Preemptions(jobs, self.pool, note=self.note)
+        self.decision = Decision()
+        self.nodes: list[Any] = []
+        self.prune_every_s = float(os.environ.get(pruning.EVERY_ENV, 60.0))
+        self._pruning: Optional[Future] = None
+        self._pruned_at = time.monotonic()
+        self._fast_until = 0.0
+        self._decided: tuple[Any, float] = (None, 0.0)
+
+    def _cold_submit(self, rec: JobRecord) -> Any:
+        return self.admitter.cold_submit(rec)
+
+    def note(self, what: str, job_id: str) -> None:
+        """An event for tests and benchmarks (the newest 2,000 are kept)."""
+        self.events.append((round(time.time(), 4), what, job_id))
+
+    # ---------------------------------------------------------------- start and recovery
+    def recover(self) -> None:
+        """Load the backlog from the store; settle the jobs admitted before this service started."""
+        records = self.store.all()
+        for tmp in self.store.stray_tmp():  # writers cut off mid-write: their old versions stand
+            tmp.unlink(missing_ok=True) if tmp.is_file() else None
+        self.records = dict(records)
+        for rec in records.values():
+            if rec.state == State.DONE:
+                self.state.done[rec.id] = str(rec.status)
+        for rec in sorted(records.values(), key=lambda r: float(r.queued_at or 0)):
+            if rec.state == State.WAITING:
+                self.state.queue(rec)
+            elif rec.state == State.ADMITTED:
+                self._recover_admitted(rec)
+        self.note("start", f"{len(self.state.waiting)} waiting, {len(self.state.running)} admitted")
+        if self.state.waiting:
+            self.standby.adopt(self.state.waiting)
+
+    def _recover_admitted(self, rec: JobRecord) -> None:
+        """A job admitted before this service started: still in Ray, ended, or lost with the head."""
+        got = self.jobs.details(rec.id)
+        r = self._track(rec, in_ray=True)
+        if got is not None:
+            self._seen(Seen(rec.id, got))
+        p = rec.preempting or {}
+        if rec.id in self.state.running:
+            r.preempting_for = "" if p.get("called_off") else str(p.get("by") or "")
+            r.preempt_asked = float(p.get("asked_at") or 0)
+
+    def _track(self, rec: JobRecord, *, in_ray: bool) -> Running:
+        """Hold an admitted record as running (recovery: it was admitted before)."""
+        from rayjobs.oncluster.request import request_from_record
+
+        req = request_from_record(rec)
+        r = Running(rec, req, float(rec.admitted_at or time.time()), unplaced=list(req.groups), in_ray=in_ray,
+                    stop_asked=rec.stop_asked)
+        self.state.running[rec.id] = r
+        self.state.version += 1
+        return r
+
+    # ---------------------------------------------------------------- the loop
+    def tick(self) -> float:
+        """One turn of the loop; how long to wait before the next (a request may cut it short)."""
+        now = time.time()
+        self._collect()
+        if self.state.waiting:
+            self._observe()
+        self.state.gpu_gate = self.reaping.gate()
+        self.state.standby = self.standby.sid
+        self.state.requeueing = {i for i in self.preemptions.requeueing() if i in self.state.waiting}
+        self._decide(now)
+        running = list(self.state.running)
+        self.admitter.poll(running)
+        self.admitter.poll([i for i in running if self.state.running[i].ending], force=True)
+        self._prune()
+        busy = self.state.waiting or self.state.running or self.state.ending
+        if time.monotonic() < self._fast_until:
+            return FAST_POLL_EVERY_S
+        return WAIT_POLL_S if busy else IDLE_POLL_S
+
+    def _decide(self, now: float) -> None:
+        """Run the rules when an input changed (or their clocks may have moved on); carry out the actions."""
+        st = self.state
+        if not st.waiting and not any(r.preempting_for for r in st.running.values()):
+            self.decision = Decision()
+            return
+        key = (st.version, tuple(self.nodes), st.gpu_gate, st.standby, frozenset(st.requeueing),
+               tuple((i, tuple(r.unplaced), r.in_ray, r.ending) for i, r in st.running.items()))
+        last, at = self._decided
+        if key == last and now - at < DECIDE_EVERY_S:
+            return
+        view = scheduler.ClusterView(tuple(self.nodes), getattr(self.cluster, "holdings", scheduler._no_holdings))
+        self.decision = scheduler.decide(st, view, self.policy, now)
+        for action in self.decision.actions:
+            self._apply(action, now)
+        self._decided = (key if not self.decision.actions else None, now)
+
+    def _observe(self) -> None:
+        """What is free per node, and per running job what it has placed and whether its trainer left."""
+        seen = self.cluster.observe(self.state.running)
+        self.nodes = list(seen.nodes)
+        for job_id, left in seen.unplaced.items():
+            r = self.state.running.get(job_id)
+            if r is not None and left is not None:
+                r.unplaced = left
+        for job_id in seen.trainer_gone:
+            r = self.state.running.get(job_id)
+            if r is not None and not r.ending:
+                r.ending = True
+                self.reaping.trainer_left(job_id)
+                self._fast_until = time.monotonic() + FAST_POLL_S
+
+    def _prune(self) -> None:
+        if self._pruning is not None and self._pruning.done():
+            for job_id in self._pruning.result() or []:
+                rec = self.records.get(job_id)
+                if rec is not None and rec.done:
+                    self.records[job_id] = self.store.put(rec.with_(pruned=True))
+            self._pruning = None
+        if self._pruning is None and time.monotonic() - self._pruned_at >= self.prune_every_s:
+            self._pruned_at = time.monotonic()
+            self._pruning = self.pool.submit(pruning.prune, self.store, self.jobs, list(self.records.values()))
+
+    # ---------------------------------------------------------------- carrying out the rules
+    def _apply(self, action: scheduler.Action, now: float) -> None:
+        st = self.state
+        if isinstance(action, Admit) and action.id in st.waiting:
+            self.admit(action.id, action.note, now)
+        elif isinstance(action, Fail) and action.id in st.waiting:
+            st.take(action.id)
+            self.standby.cancel(action.id)
+            self.finish(self.records[action.id], "FAILED", action.message, cause=action.cause)
+        elif isinstance(action, Preempt) and action.id in st.running:
+            r = st.running[action.id]
+            r.rec = self._put(r.rec.with_(preempting=self.preemptions.ask(r, action.by, now)))
+        elif isinstance(action, CallOff) and action.id in st.running:
+            r = st.running[action.id]
+            self.preemptions.call_off(r, action.by)
+            r.rec = self._put(r.rec.with_(preempting=dict(r.rec.preempting or {}, called_off=now)))
+        elif isinstance(action, StopOverdue) and action.id in st.running:
+            self.preemptions.stop_now(st.running[action.id])
+            self.note("preemption overdue: stopped", action.id)
+        elif isinstance(action, Offer) and action.id in st.waiting:
+            self.standby.offer(st.waiting[action.id].rec)
+
+    def admit(self, job_id: str, note: str, now: float) -> None:
+        """Hand a waiting job to Ray: its record says admitted (durably) before Ray is asked."""
+        w = self.state.waiting[job_id]
+        rec = self._put(w.rec.with_(state=State.ADMITTED, admitted_at=now, note=note,
+                                    first_attempt=next_attempt(w.rec.meta.run_dir)))
+        self.state.admit(w, now, rec)
+        self.admitter.submit(rec)
+        self.note("admitted", job_id)
+
+    def _put(self, rec: JobRecord) -> JobRecord:
+        rec = self.store.put(rec)
+        self.records[rec.id] = rec
+        return rec
+
+    # ---------------------------------------------------------------- what came back
+    def _collect(self) -> None:
+        for got in self.admitter.collect():
+            if isinstance(got, Submitted):
+                self._submitted(got)
+            else:
+                self._seen(got)
+        for done in self.reaping.collect():
+            self._reaped(done)
+
+    def _submitted(self, got: Submitted) -> None:
+        r = self.state.running.get(got.id)
+        if r is None:
+            return
+        if got.error:
+            self.state.drop(got.id)
+            self.finish(r.rec, "FAILED", f"Ray refused the job at admission: {got.error}")
+            return
+        r.in_ray = True
+        self.state.version += 1
+        if r.stop_asked:
+            self.pool.submit(self.jobs.stop, got.id)
+
+    def _seen(self, got: Seen) -> None:
+        r = self.state.running.get(got.id)
+        if r is None:
+            return
+        r.ray = dict(got.details)
+        if got.status not in (LOST, ""):
+            r.in_ray = True
+        if got.ended:
+            self.ended(r, got.status)
+
+    def ended(self, r: Running, outcome: str) -> None:
+        """Its Ray job ended (``outcome``: a status) or Ray lost it (LOST): end what it left on the
+        nodes, then settle it. Its GPUs go to no one meanwhile."""
+        self.state.running.pop(r.id, None)
+        self.admitter.forget(r.id)
+        r.ended = outcome
+        self.state.ending[r.id] = r
+        self.state.version += 1
+        self._fast_until = time.monotonic() + FAST_POLL_S
+        if not self.reaping.job_ended(r.id, outcome, bool(r.req.groups)):
+            self.state.ending.pop(r.id, None)
+            self._settle(r, [], None if outcome == LOST else self.jobs.details(r.id))
+
+    def _reaped(self, done: Reaped) -> None:
+        r = self.state.ending.pop(done.id, None)
+        if r is not None:
+            self._settle(r, done.lines, done.info)
+
+    def _settle(self, r: Running, reaped: list[str], info: Optional[dict[str, Any]]) -> None:
+        """Finish a job once its leftovers are gone (or, lost or preempted, put it back in line)."""
+        if reaped:
+            self.note("reaped", f"{r.id}: {'; '.join(reaped)}"[:2000])
+            print(f"[rayjobs] {stamp()} reaped after {r.id}: {'; '.join(reaped)}", flush=True)
+        rec = r.rec.with_(stop_asked=r.stop_asked)
+        if r.ended == LOST:
+            self._lost(rec.with_(reaped=rec.reaped + tuple(reaped)))
+        elif r.ended == "STOPPED" and rec.preempting and not r.stop_asked:
+            self._requeue_preempted(rec, reaped, info)
+        else:
+            self.finish(rec, r.ended, info=info, reaped=reaped)
+
+    def _lost(self, rec: JobRecord) -> None:
+        again = self._put(lost_attempt(rec))
+        if again.state == State.WAITING:
+            self.state.queue(again)
+            self.note("requeued (cluster restarted)", rec.id)
+        else:
+            self.state.finish(rec.id, "FAILED")
+            self.note("failed (cluster restarted)", rec.id)
+
+    def _requeue_preempted(self, rec: JobRecord, reaped: list[str], info: Optional[dict[str, Any]]) -> None:
+        """A preempted job has stopped: back to its old place in line, to resume from its checkpoint
+        once Ray's entry of it is deleted (its driver log is appended to, not replaced)."""
+        again = self._put(requeued_record(rec, reaped))
+        self.state.queue(again)
+        self.preemptions.forget_in_ray(rec.id, (info or {}).get("end_time"))
+        self.state.requeueing.add(rec.id)
+        p = again.preempted or {}
+        self.note("preempted", f"{rec.id} by {p.get('by')}")
+        print(f"[rayjobs] {stamp()} {rec.id} preempted by {p.get('by')}: back in the queue; it resumes from "
+              f"checkpoint step {p.get('checkpoint_step')} (redoes {p.get('redo')} step(s))", flush=True)
+
+    def finish(self, rec: JobRecord, status: str, message: str = "", info: Optional[dict[str, Any]] = None,
+               reaped: Optional[list[str]] = None, cause: Optional[str] = None) -> JobRecord:
+        """End a job's record (its status, why, its last metrics and checkpoint); durable first."""
+        if info is None and not message and status in TERMINAL:
+            info = self.jobs.details(rec.id)
+        done = finish_record(rec, status, message, info, reaped or [])
+        if cause:
+            done = done.with_(cause=cause)
+        done = self._put(done)
+        self.state.finish(rec.id, status)
+        self._fast_until = time.monotonic() + FAST_POLL_S
+        self.note(status.lower(), rec.id)
+        return done

@@ -1,0 +1,248 @@
+"""The queue's rules on hand-built states and clusters: no Ray, no I/O (rayjobs.oncluster.scheduler)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from schedfakes import NOW, cluster, node, queued, running, state  # noqa: E402
+
+from rayjobs.oncluster.scheduler import (  # noqa: E402
+    Admit, CallOff, Fail, Offer, Policy, Preempt, StopOverdue, decide,
+)
+
+
+def admitted(d: Any) -> list[str]:
+    return [a.id for a in d.of(Admit)]
+
+
+# --------------------------------------------------------------------------- order and fit
+def test_higher_priority_goes_first_when_only_one_fits() -> None:
+    st = state(queued("low", [2], priority=0, at=1), queued("high", [2], priority=5, at=2))
+    d = decide(st, cluster(node("n0", 2)), Policy(), NOW)
+    assert admitted(d) == ["high"]
+    assert d.notes["low"].startswith("waiting: needs 1 group of 2 GPU")
+
+
+def test_submission_order_within_a_priority_then_sweep_point() -> None:
+    st = state(queued("b", [1], at=2), queued("a", [1], at=1), queued("s-1", [1], at=3, sweep="s"),
+               queued("s-0", [1], at=3, sweep="s"))
+    d = decide(st, cluster(node("n0", 3)), Policy(), NOW)
+    assert admitted(d) == ["a", "b", "s-0"]
+
+
+def test_each_group_fits_on_one_node_or_the_job_waits() -> None:
+    st = state(queued("big", [2], at=1))
+    d = decide(st, cluster(node("n0", 2, free=1), node("n1", 2, free=1)), Policy(), NOW)
+    assert admitted(d) == []
+    assert "free now: 1 GPU + 3 CPU, 1 GPU + 3 CPU" in d.notes["big"]
+
+
+def test_groups_promised_to_starting_jobs_are_not_handed_out_again() -> None:
+    # an admitted trainer that has not created its placement group yet still owns its 2 GPUs
+    st = state(queued("next", [2], at=2), running("starting", [2], unplaced=[2]))
+    d = decide(st, cluster(node("n0", 4, free=2)), Policy(), NOW)
+    assert admitted(d) == []
+    assert "2 GPUs promised to starting jobs" in d.notes["next"]
+
+
+def test_backfill_past_a_blocked_job_while_it_waited_less_than_backfill_s() -> None:
+    st = state(queued("big", [4], at=NOW - 10), queued("small", [1], at=NOW - 5))
+    d = decide(st, cluster(node("n0", 4, free=2)), Policy(backfill_s=300), NOW)
+    assert admitted(d) == ["small"]
+    assert d.reserving_for is None
+
+
+def test_starvation_guard_holds_everything_behind_a_job_blocked_too_long() -> None:
+    st = state(queued("big", [4], at=NOW - 400), queued("small", [1], at=NOW - 5))
+    d = decide(st, cluster(node("n0", 4, free=2)), Policy(backfill_s=300), NOW)
+    assert admitted(d) == []
+    assert d.reserving_for == "big" and d.blocked == "held behind big (waiting > 300 s; no backfill)"
+
+
+def test_higher_priority_still_goes_first_past_the_starvation_guard() -> None:
+    st = state(queued("big", [4], at=NOW - 400), queued("urgent", [1], at=NOW - 5, priority=9))
+    d = decide(st, cluster(node("n0", 4, free=2)), Policy(backfill_s=300), NOW)
+    assert admitted(d) == ["urgent"]
+    assert d.reserving_for == "big"
+
+
+def test_a_job_that_can_never_fit_neither_blocks_nor_reserves() -> None:
+    st = state(queued("huge", [8], at=NOW - 1000), queued("small", [1], at=NOW - 5))
+    d = decide(st, cluster(node("n0", 4, free=1)), Policy(backfill_s=300), NOW)
+    assert admitted(d) == ["small"]
+    assert d.notes["huge"].startswith("can never fit the cluster as it is now: needs 1 group of 8 GPU")
+    assert d.reserving_for is None
+
+
+def test_a_job_without_gpus_starts_at_once_on_a_full_cluster() -> None:
+    st = state(queued("gpu", [1], at=1), queued("cpu", [], at=2))
+    d = decide(st, cluster(node("n0", 1, free=0)), Policy(), NOW)
+    assert admitted(d) == ["cpu"]
+
+
+# --------------------------------------------------------------------------- after
+def test_after_holds_a_job_until_its_dependency_succeeded() -> None:
+    st = state(queued("dep", [1], at=1), queued("eval", [1], at=2, after=["dep"]))
+    d = decide(st, cluster(node("n0", 2)), Policy(), NOW)
+    assert admitted(d) == ["dep"]
+    assert d.holds["eval"] == "after" and d.notes["eval"] == "after dep: starts once they SUCCEEDED"
+    st.finish("dep", "SUCCEEDED")
+    st.take("dep")
+    assert admitted(decide(st, cluster(node("n0", 2)), Policy(), NOW)) == ["eval"]
+
+
+@pytest.mark.parametrize("how", ["FAILED", "STOPPED", "gone"])
+def test_after_fails_a_job_never_started_when_a_dependency_did_not_succeed(how: str) -> None:
+    st = state(queued("eval", [1], at=2, after=["dep"]))
+    if how != "gone":
+        st.finish("dep", how)
+    d = decide(st, cluster(node("n0", 2)), Policy(), NOW)
+    [fail] = d.of(Fail)
+    assert fail.id == "eval" and fail.cause == f"dependency failed: dep {how}"
+    assert "it never started" in fail.message and admitted(d) == []
+
+
+# --------------------------------------------------------------------------- quota
+def test_quota_passes_over_a_user_at_their_cap_while_another_user_waits() -> None:
+    st = state(running("a1", [2], user="alice"), queued("a2", [1], at=1, user="alice"),
+               queued("b1", [1], at=2, user="bob"))
+    d = decide(st, cluster(node("n0", 4, free=2)), Policy(quota={"*": 2}), NOW)
+    assert admitted(d) == ["b1"]
+    assert d.holds["a2"] == "quota" and "alice holds 2 of 2 GPUs" in d.notes["a2"]
+
+
+def test_quota_does_not_apply_to_a_user_alone_on_the_cluster() -> None:
+    st = state(running("a1", [2], user="alice"), queued("a2", [1], at=1, user="alice"))
+    assert admitted(decide(st, cluster(node("n0", 4, free=2)), Policy(quota={"*": 2}), NOW)) == ["a2"]
+
+
+# --------------------------------------------------------------------------- preemption
+def holdings(**jobs: int) -> Any:
+    """Each running job holds N GPUs (and 3N CPUs) on n0."""
+    return lambda ids: {i: {"n0": [float(jobs[i]), 3.0 * jobs[i]]} for i in ids if i in jobs}
+
+
+def test_a_job_of_higher_priority_preempts_a_preemptible_one_at_its_checkpoint() -> None:
+    st = state(running("sweep-0", [2], preemptible=True), queued("urgent", [2], at=1, priority=10))
+    d = decide(st, cluster(node("n0", 2, free=0), holdings=holdings(**{"sweep-0": 2})), Policy(), NOW)
+    assert d.of(Preempt) == [Preempt("sweep-0", "urgent")]
+    assert d.notes["urgent"].startswith("preempting sweep-0: starts once they stopped")
+    assert d.reserving_for == "urgent" and "preempting for it" in d.blocked
+
+
+def test_victims_are_the_lowest_priority_then_the_youngest() -> None:
+    st = state(running("old", [1], preemptible=True, priority=1, admitted=NOW - 100),
+               running("young", [1], preemptible=True, priority=1, admitted=NOW - 10),
+               running("lowest", [1], preemptible=True, priority=0, admitted=NOW - 50),
+               queued("urgent", [2], at=1, priority=10))
+    d = decide(st, cluster(node("n0", 3, free=0), holdings=holdings(old=1, young=1, lowest=1)), Policy(), NOW)
+    assert [a.id for a in d.of(Preempt)] == ["lowest", "young"]
+
+
+def test_never_preempts_a_job_that_is_not_preemptible_or_not_of_lower_priority() -> None:
+    st = state(running("fixed", [1], preemptible=False), running("peer", [1], preemptible=True, priority=10),
+               queued("urgent", [1], at=1, priority=10))
+    d = decide(st, cluster(node("n0", 2, free=0), holdings=holdings(fixed=1, peer=1)), Policy(), NOW)
+    assert d.of(Preempt) == []
+    assert d.notes["urgent"].startswith("waiting:")
+
+
+def test_a_preemption_under_way_is_waited_for_not_repeated() -> None:
+    st = state(running("victim", [2], preemptible=True, preempting_for="urgent", asked=NOW - 5),
+               running("other", [2], preemptible=True), queued("urgent", [2], at=1, priority=10))
+    d = decide(st, cluster(node("n0", 4, free=0), holdings=holdings(victim=2, other=2)), Policy(), NOW)
+    assert d.of(Preempt) == [] and d.of(CallOff) == []
+    assert d.notes["urgent"].startswith("preempting victim:")
+
+
+def test_a_preemption_is_called_off_when_its_job_no_longer_waits() -> None:
+    st = state(running("victim", [2], preemptible=True, preempting_for="gone-away", asked=NOW - 5),
+               running("forced", [1], preemptible=True, preempting_for="gone-away", forced=True),
+               running("user-stops", [1], preemptible=True, preempting_for="gone-away", stop_asked=True))
+    d = decide(st, cluster(node("n0", 4, free=0)), Policy(), NOW)
+    assert d.of(CallOff) == [CallOff("victim", "gone-away")]
+
+
+def test_a_preempted_job_whose_runner_missed_its_deadline_is_stopped() -> None:
+    st = state(running("late", [1], preemptible=True, preempting_for="urgent", asked=NOW - 1000, wait_s=900),
+               running("on-time", [1], preemptible=True, preempting_for="urgent", asked=NOW - 100, wait_s=900),
+               queued("urgent", [2], at=1, priority=10))
+    d = decide(st, cluster(node("n0", 2, free=0)), Policy(), NOW)
+    assert d.of(StopOverdue) == [StopOverdue("late")]
+
+
+# --------------------------------------------------------------------------- gates and switches
+def test_no_gpu_job_is_admitted_while_an_ended_job_is_reaped() -> None:
+    st = state(queued("gpu", [1], at=1), queued("cpu", [], at=2))
+    st.gpu_gate = "reaping after done-1"
+    d = decide(st, cluster(node("n0", 2)), Policy(), NOW)
+    assert admitted(d) == ["cpu"] and d.gate == "reaping after done-1" and d.of(Offer) == []
+
+
+@pytest.mark.parametrize("policy,nodes,why", [
+    (Policy(enabled=False), [node("n0", 1, free=0)], "the queue is switched off"),
+    (Policy(), [node("n0", 0)], "the cluster has no GPUs: the GPU demand is not enforced"),
+])
+def test_every_ready_job_starts_when_the_queue_cannot_enforce_gpus(policy: Policy, nodes: list, why: str) -> None:
+    st = state(queued("a", [4], at=1), queued("b", [4], at=2), queued("c", [1], at=3, after=["x"]))
+    st.finish("x", "SUCCEEDED")
+    d = decide(st, cluster(*nodes), policy, NOW)
+    assert [(a.id, a.note) for a in d.of(Admit)] == [("a", why), ("b", why), ("c", why)]
+
+
+def test_a_preempted_job_waits_while_its_old_ray_entry_is_deleted() -> None:
+    st = state(queued("back", [1], at=1), queued("next", [1], at=2))
+    st.requeueing.add("back")
+    d = decide(st, cluster(node("n0", 1)), Policy(), NOW)
+    assert admitted(d) == ["next"] and d.holds["back"] == "requeueing"
+
+
+# --------------------------------------------------------------------------- pre-start
+def test_the_next_job_in_line_is_pre_started() -> None:
+    st = state(running("busy", [2]), queued("second", [2], at=2), queued("first", [2], at=1))
+    d = decide(st, cluster(node("n0", 2, free=0)), Policy(), NOW)
+    assert d.of(Offer) == [Offer("first")]
+
+
+@pytest.mark.parametrize("why", ["one already", "calm", "a trainer starting", "switched off"])
+def test_no_pre_start_while(why: str) -> None:
+    unplaced = [2] if why == "a trainer starting" else []
+    st = state(running("busy", [2], unplaced=unplaced), queued("first", [2], at=1), queued("second", [2], at=2))
+    st.standby = "first" if why == "one already" else None
+    st.calm_until = NOW + 1 if why == "calm" else 0.0
+    d = decide(st, cluster(node("n0", 2, free=0)), Policy(standby=why != "switched off"), NOW)
+    assert d.of(Offer) == []
+
+
+# --------------------------------------------------------------------------- interplay and scale
+def test_quota_preemption_and_backfill_together() -> None:
+    # alice is at her cap; bob's urgent 2-GPU job preempts carol's preemptible sweep point; nothing
+    # behind bob's job starts meanwhile, though carol's 1-GPU job would fit the 1 GPU left
+    st = state(running("a-run", [2], user="alice"), running("c-sweep", [1], user="carol", preemptible=True),
+               queued("a-more", [1], at=1, user="alice", priority=10), queued("b-urgent", [2], at=2, user="bob", priority=10),
+               queued("c-small", [1], at=3, user="carol"))
+    d = decide(st, cluster(node("n0", 4, free=1), holdings=holdings(**{"c-sweep": 1})), Policy(quota={"alice": 2}), NOW)
+    assert d.holds["a-more"] == "quota"
+    assert d.of(Preempt) == [Preempt("c-sweep", "b-urgent")]
+    assert admitted(d) == [] and d.reserving_for == "b-urgent"
+
+
+def test_ten_thousand_waiting_jobs_cost_a_pass_only_what_can_change() -> None:
+    # 16 nodes x 8 GPUs, all busy; 10,000 jobs of three shapes wait: the pass looks at the first of
+    # each shape, not at every job, and once GPUs free it admits exactly what fits
+    nodes = [node(f"n{i}", 8, free=0) for i in range(16)]
+    jobs = [queued(f"j{i:05d}", [[1], [2], [8]][i % 3], at=NOW - 5 + i * 1e-4) for i in range(10_000)]
+    st = state(*jobs)
+    d = decide(st, cluster(*nodes), Policy(), NOW)
+    assert admitted(d) == [] and d.examined == 3
+    nodes[3] = node("n3", 8, free=8)
+    d = decide(st, cluster(*nodes), Policy(), NOW)
+    # in line order: 1 + 2 + 8 > 8, so j00000 (1) and j00001 (2) fit, j00002 (8) waits; then 1, 2 ...
+    got = admitted(d)
+    assert got[:2] == ["j00000", "j00001"] and sum([1, 2, 8][int(i[1:]) % 3] for i in got) == 8
+    assert d.examined < 20
