@@ -10,7 +10,8 @@ runtime_env of verl's Ray actors, so whatever they spawn inherits it). So on eac
 * :func:`reap_node` finds the processes whose ``/proc/PID/environ`` has exactly that mark (its own
   process and ancestors left out), asks ``nvidia-smi`` (where it is on PATH) how much GPU memory
   each holds, SIGTERMs them, waits a bounded grace, SIGKILLs what is left, and says what it did.
-  GPU holders that are no rayjobs job's and not Ray's own are reported, never killed.
+  GPU holders that are no rayjobs job's and not Ray's own are reported, never killed. One reap of a
+  job at a time per machine (a lock file): a process is signalled by one reaper, which alone can say how it ended.
 * :func:`reap_job` runs that on every alive node as a Ray task (``num_cpus=0``, pinned by a hard
   node affinity), bounded by a timeout, and returns one line per killed process (plus warnings).
   The queue actor calls it (in its pool) before an ended job's GPUs can go to another job; the
@@ -30,6 +31,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Optional
 
+from rayjobs.oncluster import reaplock
 from rayjobs.shared import JOB_MARK_ENV
 
 SWITCH_ENV = "RAYJOBS_REAP"  #: head-side: "0"/"off" leaves an ended job's processes alone
@@ -275,8 +277,20 @@ def _node_ip() -> str:
         return socket.gethostname()
 
 
+def _reap_here(job_id: str, grace_s: float, spare_live: bool) -> list[Reaped]:
+    gpus = gpu_apps()
+    procs, strays = scan(job_id, gpus, spare_live)
+    names = {p: _name(p) for p in list(procs) + strays}  # before they end: a dead pid has no name
+    how = end_processes(procs, grace_s) if procs else {}
+    node, host = _node_ip(), _host_key()
+    out = [Reaped(p, names[p], gpus.get(p), h, node, host) for p, h in sorted(how.items())]
+    return out + [Reaped(p, names[p], gpus.get(p), "", node, host) for p in strays]
+
+
 def reap_node(job_id: str, grace_s: float = GRACE_S, spare_live: bool = False) -> list[dict[str, Any]]:
     """On this node: end the processes marked ``job_id``; report them and the stray GPU holders.
+    One reap of a job at a time per machine: a process is signalled by one reaper, the one that can
+    tell how it ended; a reap that waited for another reports what that one did.
 
     Args:
         job_id: the ended job's submission id (the ``RAYJOBS_JOB`` value).
@@ -284,18 +298,14 @@ def reap_node(job_id: str, grace_s: float = GRACE_S, spare_live: bool = False) -
         spare_live: leave a live runner's descendants alone (see :func:`scan`).
 
     Returns:
-        One :class:`Reaped` (as a dict, for Ray) per process signalled, then one per stray GPU holder.
+        One :class:`Reaped` (as a dict, for Ray) per process signalled (by this reap, or by one of
+        the same job that held the lock meanwhile), then one per stray GPU holder.
     """
     if not job_id:
         raise ValueError("reap_node needs the ended job's id")
-    gpus = gpu_apps()
-    procs, strays = scan(job_id, gpus, spare_live)
-    names = {p: _name(p) for p in list(procs) + strays}  # before they end: a dead pid has no name
-    how = end_processes(procs, grace_s) if procs else {}
-    node, host = _node_ip(), _host_key()
-    out = [Reaped(p, names[p], gpus.get(p), h, node, host) for p, h in sorted(how.items())]
-    out += [Reaped(p, names[p], gpus.get(p), "", node, host) for p in strays]
-    return [asdict(r) for r in out]
+    with reaplock.ReapLock(job_id, grace_s + KILL_WAIT_S + 5) as lock:  # past the longest a reap takes
+        lock.report = lock.earlier + [asdict(r) for r in _reap_here(job_id, grace_s, spare_live)]
+    return lock.report
 
 
 # --------------------------------------------------------------------------- every node
@@ -333,7 +343,8 @@ def _connect() -> bool:
 
 
 def merge(per_node: Iterable[list[dict[str, Any]]]) -> list[Reaped]:
-    """One entry per process: raylets sharing a machine (tests, benchmarks) all see its processes."""
+    """One entry per process: raylets sharing a machine (tests, benchmarks) all see its processes
+    (each says what the reap that held the machine's lock did; SIGKILL wins where one had no lock)."""
     seen: dict[tuple[str, int, bool], Reaped] = {}
     for results in per_node:
         for d in results:
