@@ -9,8 +9,10 @@ runtime_env of verl's Ray actors, so whatever they spawn inherits it). So on eac
 
 * :func:`reap_node` finds the processes whose ``/proc/PID/environ`` has exactly that mark (its own
   process and ancestors left out), asks ``nvidia-smi`` (where it is on PATH) how much GPU memory
-  each holds, SIGTERMs them, waits a bounded grace, SIGKILLs what is left, and says what it did.
-  GPU holders that are no rayjobs job's and not Ray's own are reported, never killed.
+  each holds, SIGTERMs them, waits a bounded grace, SIGKILLs what is left, then waits (bounded)
+  until ``nvidia-smi`` lists none of the job's GPU holders, and says what it did. GPU holders that
+  are no rayjobs job's and not Ray's own are reported, never killed. One reap of a job at a time
+  per machine (a lock file): a process is signalled by one reaper, which alone can say how it ended.
 * :func:`reap_job` runs that on every alive node as a Ray task (``num_cpus=0``, pinned by a hard
   node affinity), bounded by a timeout, and returns one line per killed process (plus warnings).
   The queue actor calls it (in its pool) before an ended job's GPUs can go to another job; the
@@ -30,6 +32,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Optional
 
+from rayjobs.oncluster import reaplock
 from rayjobs.shared import JOB_MARK_ENV
 
 SWITCH_ENV = "RAYJOBS_REAP"  #: head-side: "0"/"off" leaves an ended job's processes alone
@@ -37,6 +40,10 @@ GRACE_S = 3.0  #: SIGTERM -> SIGKILL: an engine gets this long to free its GPU m
 KILL_WAIT_S = 2.0  #: after SIGKILL, how long to wait for the kernel to end it
 TIMEOUT_S = 30.0  #: reap_job's bound for all nodes together (a busy node's worker start included)
 POLL_S = 0.02
+GPU_WAIT_ENV = "RAYJOBS_REAP_GPU_WAIT_S"  #: head-side: how long a reap waits for the job's GPU memory to be freed
+GPU_WAIT_S = 10.0
+GPU_POLL_S = 0.05
+_PF_EXITING = 0x4  #: task flag (``/proc/PID/stat`` field 9): the process is in its exit, tearing down
 NVIDIA_SMI_ARGS = ("--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits")
 NVIDIA_SMI_TIMEOUT_S = 10.0
 _RAY_BINARIES = ("raylet", "gcs_server", "plasma_store")
@@ -47,10 +54,20 @@ def enabled() -> bool:
     return os.environ.get(SWITCH_ENV, "1").strip().lower() not in ("0", "off", "false", "no")
 
 
+def gpu_wait_s() -> float:
+    """How long a reap waits on each node for the job's GPU memory to be freed (``RAYJOBS_REAP_GPU_WAIT_S``,
+    default 10 s; not a number: the default)."""
+    try:
+        return max(0.0, float(os.environ.get(GPU_WAIT_ENV) or GPU_WAIT_S))
+    except ValueError:
+        return GPU_WAIT_S
+
+
 @dataclass
 class Reaped:
     """One process :func:`reap_node` ended (``how``: SIGTERM or SIGKILL; "survived SIGKILL" if the
-    kernel did not end it in time) or, with ``how`` empty, a stray GPU holder it only reports."""
+    kernel did not end it in time), one of the job's whose GPU memory was still listed when the
+    reap stopped waiting (``held_s`` set), or, with ``how`` empty, a stray GPU holder it only reports."""
 
     pid: int
     name: str
@@ -58,11 +75,19 @@ class Reaped:
     how: str
     node: str = ""
     host: str = ""  #: boot id + PID namespace: several raylets on one machine see the same processes
+    held_s: Optional[float] = None  #: still holding GPU memory this long after the reap began
+
+    def kind(self) -> str:
+        """``ended``, ``held`` (still holding GPU memory when the reap stopped waiting) or ``stray``."""
+        return "held" if self.held_s is not None else ("ended" if self.how else "stray")
 
     def line(self) -> str:
         """``pid 123 (python3, 5120 MiB GPU) SIGKILL on 10.0.0.2``."""
         gpu = f", {self.gpu_mib} MiB GPU" if self.gpu_mib is not None else ""
         where = f" on {self.node}" if self.node else ""
+        if self.held_s is not None:
+            mem = f"{self.gpu_mib} MiB GPU" if self.gpu_mib is not None else "GPU memory"
+            return f"pid {self.pid} ({self.name}){where} still holds {mem} {self.held_s:g} s after the reap began; admitted anyway"
         if not self.how:
             return (f"warning: pid {self.pid} ({self.name}{gpu}){where} holds a GPU and is no rayjobs job's "
                     f"nor Ray's; left running")
@@ -128,13 +153,18 @@ def _read(path: str) -> Optional[bytes]:
         return None
 
 
-def _stat(pid: int) -> Optional[tuple[str, int, str]]:
-    """(state, parent pid, start time) of a process, None if it is gone."""
+def _stat(pid: int) -> Optional[tuple[str, int, str, int]]:
+    """(state, parent pid, start time, flags) of a process, None if it is gone."""
     raw = _read(f"/proc/{pid}/stat")
     if not raw:
         return None
     rest = raw.rsplit(b")", 1)[-1].split()  # the command name may hold spaces and parentheses
-    return rest[0].decode(), int(rest[1]), rest[19].decode()
+    return rest[0].decode(), int(rest[1]), rest[19].decode(), int(rest[6])
+
+
+def _exiting(st: tuple[str, int, str, int]) -> bool:
+    """A zombie, dead, or tearing down (its memory maps, with its environ, may be gone already)."""
+    return st[0] in ("Z", "X", "x") or bool(st[3] & _PF_EXITING)
 
 
 def _name(pid: int) -> str:
@@ -200,13 +230,46 @@ def scan(job_id: str, gpus: dict[int, Optional[int]], spare_live: bool = False) 
                 mine[pid] = st[2]
     strays = []
     for pid in gpus:
-        if pid in mine or pid in skip or _stat(pid) is None:
+        st = _stat(pid)
+        if pid in mine or pid in skip or st is None or _exiting(st):  # one in its exit is no stray: see job_holders
             continue
         raw = _read(f"/proc/{pid}/environ")
         argv = [a.decode("utf-8", "replace") for a in (_read(f"/proc/{pid}/cmdline") or b"").split(b"\0") if a]
         if (raw is None or environ_mark(raw) is None) and not is_ray_own(argv):
             strays.append(pid)
     return mine, strays
+
+
+def job_holders(job_id: str, gpus: dict[int, Optional[int]], mine: dict[int, str]) -> dict[int, str]:
+    """The GPU holders a reap of ``job_id`` waits for (pid -> start time): its marked processes
+    (``mine`` and those a live runner still runs) and those in their exit whose mark can no longer be
+    read. Whose an exiting one was cannot be told then, but its memory is about to be freed and
+    the next job on that GPU needs it; one already gone from ``/proc`` may be another PID namespace's.
+    """
+    out, skip = {}, _protected()
+    for pid in gpus:
+        st = _stat(pid)
+        if st is None or pid in skip:
+            continue
+        raw = _read(f"/proc/{pid}/environ")
+        if pid in mine or (raw and environ_mark(raw) == job_id) or (not raw and _exiting(st)):
+            out[pid] = st[2]
+    return out
+
+
+def wait_freed(holders: dict[int, str], seconds: float) -> dict[int, Optional[int]]:
+    """Ask ``nvidia-smi`` until it lists none of ``holders`` (pid -> start time: a pid reused by
+    another process is not theirs), for at most ``seconds``; those still listed then (pid -> MiB)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        listed = {}
+        for pid, mib in gpu_apps().items():
+            st = _stat(pid)
+            if pid in holders and (st is None or st[2] == holders[pid]):
+                listed[pid] = mib
+        if not listed or time.monotonic() >= deadline:
+            return listed
+        time.sleep(GPU_POLL_S)
 
 
 def _alive(pid: int, start: str) -> bool:
@@ -275,27 +338,43 @@ def _node_ip() -> str:
         return socket.gethostname()
 
 
-def reap_node(job_id: str, grace_s: float = GRACE_S, spare_live: bool = False) -> list[dict[str, Any]]:
-    """On this node: end the processes marked ``job_id``; report them and the stray GPU holders.
+def _reap_here(job_id: str, grace_s: float, spare_live: bool, wait: float, start: float) -> list[Reaped]:
+    gpus = gpu_apps()
+    procs, strays = scan(job_id, gpus, spare_live)
+    holders = job_holders(job_id, gpus, procs)
+    names = {p: _name(p) for p in [*procs, *strays, *holders]}  # before they end: a dead pid has no name
+    how = end_processes(procs, grace_s) if procs else {}
+    held = wait_freed(holders, wait - (time.monotonic() - start)) if holders else {}
+    node, host = _node_ip(), _host_key()
+    out = [Reaped(p, names[p], gpus.get(p), h, node, host) for p, h in sorted(how.items())]
+    out += [Reaped(p, names[p], mib, "", node, host, wait) for p, mib in sorted(held.items())]
+    return out + [Reaped(p, names[p], gpus.get(p), "", node, host) for p in strays]
+
+
+def reap_node(job_id: str, grace_s: float = GRACE_S, spare_live: bool = False,
+              gpu_wait: Optional[float] = None) -> list[dict[str, Any]]:
+    """On this node: end the processes marked ``job_id``, wait until their GPU memory is freed;
+    report them and the stray GPU holders. One reap of a job at a time per machine: a process is
+    signalled by one reaper, the one that can tell how it ended; a reap that waited for another
+    reports what that one did.
 
     Args:
         job_id: the ended job's submission id (the ``RAYJOBS_JOB`` value).
         grace_s: SIGTERM -> SIGKILL.
         spare_live: leave a live runner's descendants alone (see :func:`scan`).
+        gpu_wait: the longest the reap waits, from its start, until ``nvidia-smi`` lists none of the
+            job's GPU holders (:func:`job_holders`); None: :func:`gpu_wait_s`.
 
     Returns:
-        One :class:`Reaped` (as a dict, for Ray) per process signalled, then one per stray GPU holder.
+        One :class:`Reaped` (as a dict, for Ray) per process signalled, per GPU holder of the job
+        still listed when the wait ended, then per stray GPU holder.
     """
     if not job_id:
         raise ValueError("reap_node needs the ended job's id")
-    gpus = gpu_apps()
-    procs, strays = scan(job_id, gpus, spare_live)
-    names = {p: _name(p) for p in list(procs) + strays}  # before they end: a dead pid has no name
-    how = end_processes(procs, grace_s) if procs else {}
-    node, host = _node_ip(), _host_key()
-    out = [Reaped(p, names[p], gpus.get(p), h, node, host) for p, h in sorted(how.items())]
-    out += [Reaped(p, names[p], gpus.get(p), "", node, host) for p in strays]
-    return [asdict(r) for r in out]
+    wait, start = gpu_wait_s() if gpu_wait is None else gpu_wait, time.monotonic()
+    with reaplock.ReapLock(job_id, grace_s + KILL_WAIT_S + wait + 5) as lock:  # past the longest a reap takes
+        lock.report = lock.earlier + [asdict(r) for r in _reap_here(job_id, grace_s, spare_live, wait, start)]
+    return lock.report
 
 
 # --------------------------------------------------------------------------- every node
@@ -333,16 +412,17 @@ def _connect() -> bool:
 
 
 def merge(per_node: Iterable[list[dict[str, Any]]]) -> list[Reaped]:
-    """One entry per process: raylets sharing a machine (tests, benchmarks) all see its processes."""
-    seen: dict[tuple[str, int, bool], Reaped] = {}
+    """One entry per process: raylets sharing a machine (tests, benchmarks) all see its processes
+    (each says what the reap that held the machine's lock did; SIGKILL wins where one had no lock)."""
+    seen: dict[tuple[str, int, str], Reaped] = {}
     for results in per_node:
         for d in results:
             r = Reaped(**d)
-            key = (r.host, r.pid, bool(r.how))
+            key = (r.host, r.pid, r.kind())
             if key not in seen or (r.how == "SIGKILL" and seen[key].how == "SIGTERM"):
                 seen[key] = r
-    killed = {(r.host, r.pid) for r in seen.values() if r.how}
-    return [r for r in seen.values() if r.how or (r.host, r.pid) not in killed]
+    killed = {(r.host, r.pid) for r in seen.values() if r.kind() != "stray"}
+    return [r for r in seen.values() if r.kind() != "stray" or (r.host, r.pid) not in killed]
 
 
 def reap_job(job_id: str, *, timeout: float = TIMEOUT_S, grace_s: float = GRACE_S,
@@ -360,9 +440,11 @@ def reap_job(job_id: str, *, timeout: float = TIMEOUT_S, grace_s: float = GRACE_
         spare_live: leave what a live runner of the job still runs (its trainer after its Ray exit).
 
     Returns:
-        ``pid 123 (python3, 5120 MiB GPU) SIGKILL on 10.0.0.2`` per process ended, then a
-        ``warning: ...`` per GPU holder that is no rayjobs job's nor Ray's (left running), and
-        a ``node ...:`` line per node that did not answer. Empty: nothing was left.
+        ``pid 123 (python3, 5120 MiB GPU) SIGKILL on 10.0.0.2`` per process ended, ``pid 123 (python3)
+        on 10.0.0.2 still holds 1448 MiB GPU 10 s after the reap began; admitted anyway`` per GPU holder of
+        the job that ``nvidia-smi`` still listed when the wait (:func:`gpu_wait_s` on the caller's side,
+        within ``timeout``) ended, a ``warning: ...`` per GPU holder that is no rayjobs job's nor Ray's
+        (left running), and a ``node ...:`` line per node that did not answer. Empty: nothing was left.
     """
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -373,12 +455,13 @@ def reap_job(job_id: str, *, timeout: float = TIMEOUT_S, grace_s: float = GRACE_
     try:
         fn, here = _remote(), ray.get_runtime_context().get_node_id()
         nodes = [n["NodeID"] for n in ray.nodes() if n.get("Alive")]
-        refs = {fn.options(scheduling_strategy=NodeAffinitySchedulingStrategy(nid, soft=False)).remote(job_id, grace_s, spare_live): nid
-                for nid in nodes if nid != here}
+        wait = min(gpu_wait_s(), max(0.0, timeout - grace_s - KILL_WAIT_S - 5))  # every node answers in time
+        refs = {fn.options(scheduling_strategy=NodeAffinitySchedulingStrategy(nid, soft=False)).remote(
+                    job_id, grace_s, spare_live, wait): nid for nid in nodes if nid != here}
         # This node's part runs here, while the tasks run elsewhere: a task needs a worker process,
         # and the queue actor's job (its driver long gone) gets a fresh one each time (~1.6 s here).
         t0 = time.monotonic()
-        results, notes = ([reap_node(job_id, grace_s, spare_live)] if here in nodes else []), []
+        results, notes = ([reap_node(job_id, grace_s, spare_live, wait)] if here in nodes else []), []
         ready, late = ray.wait(list(refs), num_returns=len(refs), timeout=max(0.1, timeout - (time.monotonic() - t0)))
         for ref in ready:
             try:
@@ -392,7 +475,7 @@ def reap_job(job_id: str, *, timeout: float = TIMEOUT_S, grace_s: float = GRACE_
             except Exception:  # noqa: BLE001
                 pass
         merged = merge(results)
-        return [r.line() for r in merged if r.how] + [r.line() for r in merged if not r.how] + notes
+        return [r.line() for kind in ("ended", "held", "stray") for r in merged if r.kind() == kind] + notes
     finally:
         if connected:
             ray.shutdown()
