@@ -6,6 +6,11 @@
   cannot switch auth on behind our back).
 * The session head is rayjobs' own embedded head, started by :func:`rayjobs.client.embedded.start` and
   stopped by PID; every ``python -m rayjobs.submit`` without an address reuses it.
+* Two tiers. A test that uses a Ray cluster (one of :data:`CLUSTER_FIXTURES`, or marked ``cluster``)
+  is marked ``cluster``; ``python -m pytest -m "not cluster"`` is the fast tier, and there no Ray
+  head may start at all (``RAYJOBS_NO_LOCAL_HEAD=1``: a test that would start one fails, saying so).
+* Multi-node clusters with fake GPUs come from one factory (:class:`clusters.Clusters`): shared per
+  shape and head settings across the session, or ``fresh`` for a test that breaks its cluster.
 """
 
 from __future__ import annotations
@@ -23,6 +28,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 import netns  # noqa: E402
+from clusters import Clusters, FakeGpuCluster  # noqa: E402,F401
+
+#: The fixtures that start or use a real Ray cluster: a test asking for one is in the ``cluster`` tier.
+CLUSTER_FIXTURES = {"cluster", "client", "clusters", "fresh_clusters", "one_node", "two_nodes"}
 
 REPO = Path(__file__).resolve().parent.parent
 NS = f"rjt{os.getpid()}"
@@ -49,6 +58,19 @@ def pytest_configure(config: Any) -> None:
               file=sys.stderr)
 
 
+def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
+    for item in items:
+        if CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.cluster)
+
+
+def pytest_collection_finish(session: Any) -> None:
+    """The fast tier (no selected test is ``cluster``) starts no Ray: an embedded head a test would
+    start (in this process or a command it runs) is refused."""
+    if not any(item.get_closest_marker("cluster") for item in session.items):
+        os.environ["RAYJOBS_NO_LOCAL_HEAD"] = "1"
+
+
 def pytest_unconfigure(config: Any) -> None:
     from rayjobs.client import embedded
 
@@ -65,6 +87,33 @@ def cluster() -> Any:
     from rayjobs.client import embedded
 
     return embedded.ensure(quiet=True)
+
+
+@pytest.fixture(scope="session")
+def clusters() -> Any:
+    """The one factory of fake-GPU clusters (:class:`clusters.Clusters`), shared by the session."""
+    factory = Clusters()
+    yield factory
+    factory.close()
+
+
+@pytest.fixture
+def fresh_clusters(clusters: Any) -> Any:
+    """The factory, for clusters of this test's own (``clusters.get(..., fresh=True)``), stopped after it."""
+    yield clusters
+    clusters.stop_fresh()
+
+
+@pytest.fixture
+def one_node(clusters: Any) -> FakeGpuCluster:
+    """The session's 1-node fake cluster (2 GPUs, 6 CPUs), settled: nothing of an earlier test runs."""
+    return clusters.get(((2, 6),))
+
+
+@pytest.fixture
+def two_nodes(clusters: Any) -> FakeGpuCluster:
+    """The session's 2-node fake cluster (2 GPUs, 6 CPUs each), settled."""
+    return clusters.get(((2, 6), (2, 6)))
 
 
 @pytest.fixture(scope="session")
@@ -137,3 +186,53 @@ def queue_status(target: Any, job_id: str) -> str:
 def job_list(client: Any) -> list[str]:
     """The ids of the user jobs Ray lists (rayjobs' own small jobs, tagged rayjobs_role, left out)."""
     return [j.submission_id for j in client.list_jobs() if "rayjobs_role" not in (j.metadata or {})]
+
+
+# --------------------------------------------------------------------------- on a fake cluster
+def submit_on(c: FakeGpuCluster, *args: str, cwd: Optional[Path] = None, env: Optional[dict[str, str]] = None,
+              timeout: float = 180) -> subprocess.CompletedProcess:
+    """``python -m rayjobs.submit ARGS`` against cluster ``c``, as a user would."""
+    return rayjobs_submit(*args, cwd=cwd, env=c.client_env(env), timeout=timeout)
+
+
+def submit_ids(c: FakeGpuCluster, *args: str, cwd: Optional[Path] = None, env: Optional[dict[str, str]] = None) -> list[str]:
+    """The ids a submit to ``c`` printed (it must succeed)."""
+    r = submit_on(c, *args, cwd=cwd, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r.stdout.split()
+
+
+def cli_on(c: FakeGpuCluster, *args: str, env: Optional[dict[str, str]] = None, timeout: float = 180,
+           cwd: Optional[Path] = None) -> subprocess.CompletedProcess:
+    """The ``rayjobs`` command against cluster ``c``."""
+    return rayjobs_cli(*args, cwd=cwd, env=c.client_env(env), timeout=timeout)
+
+
+def cli_json(c: FakeGpuCluster, *args: str) -> Any:
+    """``rayjobs ARGS --json`` against ``c``, parsed (it must succeed)."""
+    import json
+
+    r = cli_on(c, *args, "--json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout)
+
+
+def view(c: FakeGpuCluster, job_id: str) -> dict[str, Any]:
+    """The queue's view of a job (its API's ``GET /v1/jobs/ID``)."""
+    got = c.queue().job(job_id)
+    assert got is not None, f"the queue has no record of {job_id}"
+    return got
+
+
+def wait_done(c: FakeGpuCluster, job_id: str, timeout: float = 180) -> str:
+    """Poll the queue until the job has ended (bounded); its status."""
+    got = wait_until(lambda: (v := c.queue().job(job_id)) is not None and v["state"] == "done" and v,
+                     timeout, f"{job_id} to end", every=0.3)
+    return str(got["status"])
+
+
+def log_of(c: FakeGpuCluster, job_id: str) -> str:
+    """A job's driver log as ``rayjobs logs`` prints it (also once Ray pruned it)."""
+    from rayjobs.api import Job
+
+    return Job(job_id, dashboard=c.dashboard()).logs()

@@ -8,17 +8,12 @@ Start order is read from each runner's ``[rayjobs] admitted after .. s at <UTC t
 from __future__ import annotations
 
 import re
-import shutil
-import tempfile
-from pathlib import Path
 from typing import Any, Optional
 
 import pytest
 
-from conftest import queue_status, rayjobs_cli, rayjobs_submit, wait_terminal, wait_until
-from test_queue_cluster import FakeGpuCluster
+from conftest import FakeGpuCluster, cli_on, log_of, submit_on, view, wait_done, wait_until
 
-from rayjobs.settings import Target
 from rayjobs.shared import parse_stamp
 
 BACKFILL_S = 10  #: the starvation guard on this cluster (head env RAYJOBS_QUEUE_BACKFILL_S)
@@ -26,17 +21,12 @@ RESOURCE_ERROR = "Total available GPUs"
 WHOLE_CLUSTER = ("trainer.nnodes=2", "trainer.n_gpus_per_node=2")  # 2 groups of 2 GPUs = all 4
 
 
-@pytest.fixture(scope="module")
-def gpu_cluster() -> Any:
-    root = Path(tempfile.mkdtemp(prefix="rjq", dir="/tmp"))  # short: Ray's socket paths are limited
-    c = FakeGpuCluster(root, nodes=((2, 6), (2, 6)), env={"RAYJOBS_QUEUE_BACKFILL_S": str(BACKFILL_S)})
-    c.start()
-    yield c
-    c.stop()
-    shutil.rmtree(root, ignore_errors=True)
+@pytest.fixture
+def gpu_cluster(clusters: Any) -> FakeGpuCluster:
+    return clusters.get(((2, 6), (2, 6)), env={"RAYJOBS_QUEUE_BACKFILL_S": str(BACKFILL_S)})
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def gclient(gpu_cluster: FakeGpuCluster) -> Any:
     return gpu_cluster.client()
 
@@ -65,14 +55,12 @@ def admitted_at(client: Any, sid: str) -> Optional[float]:
 
 def queued(cluster: FakeGpuCluster) -> dict[str, int]:
     """{id: position} of the jobs the queue holds (they are records: Ray does not know them yet)."""
-    from rayjobs.views.queuestatus import QueueView
-
-    return {k: int(e["position"]) for k, e in QueueView.read(cluster.dashboard(), history=False).waiting.items()}
+    return {v["submission_id"]: int(v["queue_position"]) for v in cluster.queue().jobs(status=["QUEUED"])}
 
 
 def test_sweep_of_3x_the_cluster_all_succeed(gpu_cluster, gclient, workdir):
     # 6 points x 2 GPUs = 12 GPUs = 3x the cluster; without the queue, verl's check kills the extra ones
-    r = rayjobs_submit("-m", "+exp=fake_ppo", f"rayjobs.address={gpu_cluster.address}", "+fake.hold_gpus=true",
+    r = submit_on(gpu_cluster, "-m", "+exp=fake_ppo", "+fake.hold_gpus=true",
                        "trainer.n_gpus_per_node=2", "+fake.steps=2", "+fake.step_s=0.5",
                        "trainer.total_epochs=1,2,3,4,5,6", cwd=workdir)
     assert r.returncode == 0, r.stderr
@@ -80,7 +68,7 @@ def test_sweep_of_3x_the_cluster_all_succeed(gpu_cluster, gclient, workdir):
     assert len(ids) == 6
     seen_queued = wait_until(lambda: queued(gpu_cluster), 90, "a QUEUED job with a position")
     assert min(seen_queued.values()) == 1
-    statuses = {i: wait_terminal(gclient, i, timeout=240) for i in ids}
+    statuses = {i: wait_done(gpu_cluster, i, timeout=240) for i in ids}
     logs = {i: gclient.get_job_logs(i) for i in ids}
     assert all(s == "SUCCEEDED" for s in statuses.values()), {i: logs[i][-800:] for i in ids if statuses[i] != "SUCCEEDED"}
     assert not [i for i in ids if RESOURCE_ERROR in logs[i]]
@@ -90,7 +78,7 @@ def test_sweep_of_3x_the_cluster_all_succeed(gpu_cluster, gclient, workdir):
 
 def test_never_fitting_job_is_refused_at_submit(gpu_cluster, gclient, workdir):
     before = len(gclient.list_jobs())
-    r = rayjobs_submit("+exp=fake_ppo", f"rayjobs.address={gpu_cluster.address}", "trainer.n_gpus_per_node=4", cwd=workdir)
+    r = submit_on(gpu_cluster, "+exp=fake_ppo", "trainer.n_gpus_per_node=4", cwd=workdir)
     assert r.returncode == 2 and r.stdout == ""
     err = r.stderr.strip().splitlines()[-1]
     assert "needs 1 group of 4 GPU + 12 CPU on one node, but no node has 4 GPU + 12 CPU" in err
@@ -109,23 +97,24 @@ def test_order_priority_stop_and_actor_restart(gpu_cluster, gclient, workdir):
     want = {d: 1, b: 2, c: 3, e: 4}
     wait_until(lambda: queued(gpu_cluster) == want, 120, f"positions {want}")
 
-    r = rayjobs_cli("stop", e, "--address", gpu_cluster.address)  # a waiting job: cancelled in the queue
+    r = cli_on(gpu_cluster, "stop", e)  # a waiting job: cancelled in the queue
     assert r.returncode == 0 and r.stdout.strip() == f"{e} STOPPED", (r.stdout, r.stderr)
     wait_until(lambda: queued(gpu_cluster) == {d: 1, b: 2, c: 3}, 30, "the stopped job to leave the queue")
 
     # the queue actor crashes and restarts: it reloads the backlog from its store, the order survives
     kill = gclient.submit_job(entrypoint="python3 -c \"import ray; ray.init(namespace='rayjobs'); "
                                          "ray.kill(ray.get_actor('queue'), no_restart=False)\"")
-    assert wait_terminal(gclient, kill, timeout=90) == "SUCCEEDED", gclient.get_job_logs(kill)
+    wait_until(lambda: str(gclient.get_job_status(kill)) in ("SUCCEEDED", "FAILED"), 90, "the kill job to end")
+    assert str(gclient.get_job_status(kill)) == "SUCCEEDED", gclient.get_job_logs(kill)
     wait_until(lambda: queued(gpu_cluster) == {d: 1, b: 2, c: 3}, 60, "the queue to be rebuilt after the restart")
 
     gclient.stop_job(blocker)
     for sid in (d, b, c):
-        assert wait_terminal(gclient, sid, timeout=180) == "SUCCEEDED", gclient.get_job_logs(sid)[-1500:]
+        assert wait_done(gpu_cluster, sid, timeout=180) == "SUCCEEDED", log_of(gpu_cluster, sid)[-1500:]
     starts = {sid: admitted_at(gclient, sid) for sid in (d, b, c)}
     assert starts[d] < starts[b] < starts[c], starts
     assert e not in {j.submission_id for j in gclient.list_jobs()}  # it never reached Ray
-    assert queue_status(Target(gpu_cluster.address, "test"), e) == "STOPPED"
+    assert view(gpu_cluster, e)["status"] == "STOPPED"
     assert not [s for s in (b, c, d) if RESOURCE_ERROR in gclient.get_job_logs(s)]
 
 
@@ -138,9 +127,9 @@ def test_two_node_job_is_not_starved_by_one_gpu_jobs(gpu_cluster, gclient, workd
     wait_until(lambda: all(admitted_at(gclient, f) for f in fillers), 90, "the fillers to start")
     big = submit(gpu_cluster, *WHOLE_CLUSTER, "+fake.steps=1")
     stream = [submit(gpu_cluster, *one_gpu, "+fake.hold_s=5") for _ in range(6)]
-    assert wait_terminal(gclient, big, timeout=240) == "SUCCEEDED", gclient.get_job_logs(big)[-1500:]
+    assert wait_done(gpu_cluster, big, timeout=240) == "SUCCEEDED", log_of(gpu_cluster, big)[-1500:]
     for s in stream:
-        assert wait_terminal(gclient, s, timeout=240) == "SUCCEEDED", gclient.get_job_logs(s)[-1500:]
+        assert wait_done(gpu_cluster, s, timeout=240) == "SUCCEEDED", log_of(gpu_cluster, s)[-1500:]
     t_big = admitted_at(gclient, big)
     after = [s for s in stream if admitted_at(gclient, s) > t_big]
     assert len(after) >= 4, (t_big, {s: admitted_at(gclient, s) for s in stream})

@@ -42,6 +42,9 @@ from rayjobs.shared import HEAD_ENV
 from rayjobs.errors import ClusterUnreachable, RayjobsError
 from rayjobs.settingsources import REMEMBERED
 
+#: Environment variable: ``1`` -- never start the embedded head implicitly (a script or CI that must
+#: talk to a configured cluster, or a test tier that starts no Ray): a command without a cluster fails.
+NO_LOCAL_ENV = "RAYJOBS_NO_LOCAL_HEAD"
 #: Environment variable: how long ``start`` waits for a new head to accept jobs (default 60 s).
 START_TIMEOUT_ENV = "RAYJOBS_LOCAL_START_TIMEOUT_S"
 #: How long ``ray start`` itself may run (it returns once the GCS and the raylet are up).
@@ -134,6 +137,9 @@ def ensure(num_gpus: Optional[int] = None, quiet: bool = False) -> settings.Targ
         if not quiet:
             print(f"rayjobs: using the embedded local Ray cluster at {rec['dashboard']}", file=sys.stderr)
         return target(rec)
+    if os.environ.get(NO_LOCAL_ENV, "").strip() not in ("", "0"):
+        raise ClusterUnreachable(f"no cluster is configured and {NO_LOCAL_ENV}=1 forbids starting the embedded local "
+                                 f"head: set RAY_ADDRESS (or run `rayjobs connect`), or unset {NO_LOCAL_ENV}")
     state_dir().mkdir(parents=True, exist_ok=True)
     # Two submits at once must start one head, not two heads sharing one temp dir.
     with open(state_dir() / "start.lock", "w") as lock:

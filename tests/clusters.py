@@ -1,0 +1,259 @@
+"""Real multi-node Ray clusters with fake GPUs, for the tests of the ``cluster`` tier (and benchmarks).
+
+Every node is a ``ray start`` on 127.0.0.1 (several raylets on one IP work when each has its own
+ports and worker-port range), declaring ``--num-gpus``/``--num-cpus`` (Ray does not check GPUs),
+with a stand-in ``nvidia-smi`` first on its PATH (``tests/workloads/bin``: "GPU processes" from
+:attr:`FakeGpuCluster.apps`). It runs inside whatever network namespace the caller is in (the test
+session's, or a benchmark's private one). ``HOME`` and ``RAY_AUTH_MODE`` are pinned so a stray
+``~/.ray/auth_token`` cannot switch auth on; a cluster is stopped by PID only (never the ``ray``
+CLI's stop). The queue starts with the head (as the node script starts it) and the laptop finds its
+API as it finds any head's: from the file the queue writes into the head's log dir.
+
+:class:`Clusters` is the one factory: the session shares a cluster between the tests that ask for
+the same shape and head settings; a test that breaks its cluster (kills the head) asks for a
+``fresh`` one of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from rayjobs.client import headprocs
+
+REPO = Path(__file__).resolve().parent.parent
+BIN = REPO / "tests" / "workloads" / "bin"
+_HANDED_OUT: set[int] = set()
+
+
+def free_port() -> int:
+    """A free port, never one handed out before in this process: a port picked but not yet bound
+    is free again, and the kernel gave it twice (gcs and node manager, 'used by other components')."""
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
+    raise RuntimeError("no free port not handed out already in 100 tries")
+
+
+class FakeGpuCluster:
+    """``nodes``: one ``(gpus, cpus)`` per node, the first is the head; ``env``: the head's settings."""
+
+    def __init__(self, root: Path, nodes: Sequence[tuple[int, int]] = ((2, 6), (2, 6)),
+                 env: Optional[dict[str, str]] = None, worker_port_base: int = 30000) -> None:
+        from rayjobs.shared import HEAD_ENV
+
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.nodes = list(nodes)
+        self.gcs_port, self.dash_port, self.api_port = free_port(), free_port(), free_port()
+        self.worker_port_base = worker_port_base
+        self.apps = self.root / "gpu-apps"  #: the fake nvidia-smi's "GPU processes" (pid,MiB[,PATH] lines)
+        self.smi_calls = self.root / "gpu-calls"
+        self.apps.write_text("")
+        self.env = {k: v for k, v in os.environ.items()
+                    if k not in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")}
+        self.env.update(HEAD_ENV)
+        # Its own storage root: the queue's durable store lives there (not the test session's).
+        self.env.update({"HOME": str(self.root / "home"), "RAY_AUTH_MODE": "disabled",
+                         "RAYJOBS_STORAGE": str(self.root / "storage"), "RAYJOBS_DASHBOARD": self.address,
+                         "RAYJOBS_API_PORT": str(self.api_port), "FAKE_NVIDIA_SMI_APPS": str(self.apps),
+                         "FAKE_NVIDIA_SMI_CALLS": str(self.smi_calls), "RAYJOBS_REAP_GPU_WAIT_S": "20",
+                         "PATH": os.pathsep.join([str(BIN), os.path.dirname(sys.executable), os.environ.get("PATH", "")])})
+        self.env.update(env or {})
+        self.ray = shutil.which("ray", path=self.env["PATH"]) or "ray"
+
+    # ------------------------------------------------------------------ where it is
+    @property
+    def address(self) -> str:
+        """The dashboard / Jobs API URL."""
+        return f"http://127.0.0.1:{self.dash_port}"
+
+    @property
+    def gcs(self) -> str:
+        return f"127.0.0.1:{self.gcs_port}"
+
+    @property
+    def storage(self) -> Path:
+        return self.root / "storage"
+
+    def client_env(self, extra: Optional[dict[str, str]] = None) -> dict[str, str]:
+        """A laptop command's environment for this cluster (its address; the API found from the head)."""
+        env = {k: v for k, v in os.environ.items() if k not in ("RAY_API_SERVER_ADDRESS", "RAYJOBS_API_ADDRESS")}
+        env["RAY_ADDRESS"] = self.address
+        env.update(extra or {})
+        return env
+
+    # ------------------------------------------------------------------ life
+    def _node_cmd(self, i: int, gpus: int, cpus: int) -> list[str]:
+        lo = self.worker_port_base + i * 1000
+        cmd = [self.ray, "start", "--node-ip-address=127.0.0.1", f"--num-gpus={gpus}", f"--num-cpus={cpus}",
+               f"--node-manager-port={free_port()}", f"--object-manager-port={free_port()}",
+               f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
+               f"--runtime-env-agent-port={free_port()}", f"--metrics-export-port={free_port()}",
+               f"--min-worker-port={lo}", f"--max-worker-port={lo + 999}",
+               "--object-store-memory=100000000", "--disable-usage-stats"]
+        if i == 0:
+            cmd += ["--head", f"--port={self.gcs_port}", "--dashboard-host=127.0.0.1",
+                    f"--dashboard-port={self.dash_port}", f"--ray-client-server-port={free_port()}",
+                    "--include-dashboard=true"]
+        else:
+            cmd += [f"--address={self.gcs}"]
+        # Each node its own temp dir (as on separate machines): nodes sharing one would share
+        # runtime_resources/, and one node's runtime-env agent deletes a working_dir another uses.
+        cmd.append(f"--temp-dir={self.root / f'ray{i}'}")
+        return cmd
+
+    def start(self, timeout: float = 120.0, *, queue: bool = True) -> "FakeGpuCluster":
+        """Start every node, wait until they and the Jobs API are up; then the queue (``queue``),
+        as the node script does (a head restarted by hand starts without: the first command
+        starts it)."""
+        (self.root / "home").mkdir(parents=True, exist_ok=True)
+        for i, (gpus, cpus) in enumerate(self.nodes):
+            env = dict(self.env)
+            if i > 0:  # =0 keeps the head on 127.0.0.1, but a worker node refuses to join with it
+                env.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
+            out = subprocess.run(self._node_cmd(i, gpus, cpus), env=env, capture_output=True, text=True,
+                                 timeout=timeout)
+            if out.returncode != 0:
+                self.stop(hard=True)
+                raise RuntimeError(f"ray start (node {i}) failed: {out.stderr[-2000:]}")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                alive = [n for n in self.state("/api/v0/nodes?limit=100") if n.get("state") == "ALIVE"]
+                if len(alive) == len(self.nodes) and self._jobs_ready():
+                    break
+            except Exception:
+                pass
+            time.sleep(0.3)
+        else:
+            self.stop(hard=True)
+            raise RuntimeError(f"the fake cluster did not form {len(self.nodes)} nodes within {timeout:.0f} s")
+        if queue:
+            self.start_queue()
+        return self
+
+    def start_queue(self, timeout: float = 120.0) -> dict[str, Any]:
+        """``python3 -m rayjobs.oncluster.queueactor start`` against this cluster (what the node script runs)."""
+        r = subprocess.run([sys.executable, "-m", "rayjobs.oncluster.queueactor", "start"],
+                           env=dict(self.env, RAY_ADDRESS=self.gcs), capture_output=True, text=True, timeout=timeout)
+        if r.returncode != 0:
+            raise RuntimeError(f"the queue did not start: {r.stderr[-2000:]}")
+        return json.loads(r.stdout.strip().splitlines()[-1])
+
+    def _jobs_ready(self) -> bool:
+        """The Jobs API answers and the autoscaler's view (``/api/cluster_status``, which lags a
+        joining node by seconds; preflight reads it) lists every node."""
+        with urllib.request.urlopen(self.address + "/api/jobs/", timeout=5) as r:
+            if r.status != 200:
+                return False
+        with urllib.request.urlopen(self.address + "/api/cluster_status?format=0", timeout=5) as r:
+            usage = json.loads(r.read())["data"]["clusterStatus"]["loadMetricsReport"]["usageByNode"]
+        return len(usage) == len(self.nodes)
+
+    def state(self, path: str) -> Any:
+        """GET a state-API path; returns ``data.result.result``."""
+        with urllib.request.urlopen(self.address + path, timeout=10) as r:
+            return json.loads(r.read())["data"]["result"]["result"]
+
+    def pids(self) -> list[int]:
+        """Every process of this cluster: those whose command lines name its temp dir or GCS address, and
+        their descendants (Ray's renamed workers, each job's supervisor and driver)."""
+        return headprocs.with_descendants(headprocs.pids_naming(
+            *(str(self.root / f"ray{i}") for i in range(len(self.nodes))),
+            f"127.0.0.1:{self.gcs_port}", f"--gcs-address={self.gcs}", f"--address={self.gcs}"))
+
+    def stop(self, timeout: float = 20.0, *, hard: bool = False) -> None:
+        """SIGTERM then SIGKILL every PID of this cluster (``hard``: SIGKILL at once, the session's end)."""
+        headprocs.terminate(self.pids, 0.0 if hard else timeout, poll=0.2)
+
+    # ------------------------------------------------------------------ clients
+    def dashboard(self) -> Any:
+        """rayjobs' client of this cluster (no token: the test cluster runs without auth)."""
+        from rayjobs.client.dashboard import Dashboard
+        from rayjobs.contract.target import Target
+
+        return Dashboard(Target(self.address, "test cluster"))
+
+    def client(self) -> Any:
+        """Ray's own Jobs SDK client, what the tests check Ray with."""
+        return self.dashboard().sdk
+
+    def queue(self) -> Any:
+        """The queue's API (:class:`rayjobs.client.queueapi.QueueAPI`), found as any command finds it."""
+        return self.dashboard().queue
+
+    def settle(self, timeout: float = 120.0) -> None:
+        """Stop whatever a test before left waiting or running, and wait until nothing runs (the
+        next test sharing this cluster starts on free GPUs)."""
+        q = self.queue()
+        live = [v["submission_id"] for v in q.jobs() if v["state"] in ("waiting", "admitted")]
+        if live:
+            q.stop(live)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            s = q.summary()
+            if not s["waiting"] and not s["admitted"] and not s["gate"]:
+                return
+            time.sleep(0.2)
+        raise RuntimeError(f"the shared cluster did not settle within {timeout:.0f} s: {s}")
+
+
+class Clusters:
+    """The session's clusters: one per shape and head settings, shared; ``fresh`` ones are the test's."""
+
+    #: Shared clusters kept alive at once (the least recently used one is stopped beyond it: each
+    #: idle Ray cluster costs a few % of a core and ~1 GB).
+    MAX_SHARED = 3
+
+    def __init__(self) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="rjc", dir="/tmp"))
+        self.shared: dict[Any, FakeGpuCluster] = {}
+        self.fresh: list[FakeGpuCluster] = []
+        self._n = 0
+
+    def get(self, nodes: Sequence[tuple[int, int]] = ((2, 6),), env: Optional[dict[str, str]] = None, *,
+            fresh: bool = False, start: bool = True) -> FakeGpuCluster:
+        """A cluster of ``nodes`` with the head settings ``env``: the session's shared one (settled:
+        nothing of an earlier test waits or runs), or a ``fresh`` one this call starts (the fixture
+        stops it; ``start`` False leaves that to the test)."""
+        key = (tuple(map(tuple, nodes)), tuple(sorted((env or {}).items())))
+        if not fresh and key in self.shared:
+            c = self.shared.pop(key)
+            self.shared[key] = c  # the most recently used last
+            c.settle()
+            return c
+        self._n += 1
+        # every node a range of 1,000 worker ports of its own: 3,000 per cluster (at most 3 nodes)
+        c = FakeGpuCluster(self.root / f"c{self._n}", nodes, env, worker_port_base=20000 + (self._n % 14) * 3000)
+        if fresh:
+            self.fresh.append(c)
+            return c.start() if start else c
+        while len(self.shared) >= self.MAX_SHARED:
+            old = next(iter(self.shared))
+            self.shared.pop(old).stop(hard=True)
+        self.shared[key] = c
+        return c.start()
+
+    def stop_fresh(self) -> None:
+        """Stop the fresh clusters (at the end of the test that asked for them)."""
+        while self.fresh:
+            self.fresh.pop().stop(hard=True)
+
+    def close(self) -> None:
+        for c in [*self.shared.values(), *self.fresh]:
+            c.stop(hard=True)
+        shutil.rmtree(self.root, ignore_errors=True)
