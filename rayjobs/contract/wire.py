@@ -173,6 +173,7 @@ class Health:
     waiting: int
     admitted: int
     unreadable: int  #: record files the queue could not read (named in the job's status)
+    verl: str = ""  #: verl's version on the head ("" where verl is not installed)
 
 
 @dataclass

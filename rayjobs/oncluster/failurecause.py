@@ -61,6 +61,8 @@ RULES: tuple[tuple[str, bool, re.Pattern], ...] = tuple((k, r, re.compile(p, re.
 EXCEPTION = re.compile(r"^(?:\(\w+ pid=\d+(?:, ip=[\d.]+)?\)\s*)?"
                        r"([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)(?:\([\w.]+\))?(?::.*)?)$")
 FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\w+)')
+#: A command's own one-line refusal (argparse's ``prog: error: ...``, a script's ``error: ...``).
+ERROR_LINE = re.compile(r"^(?:\(\w+ pid=\d+(?:, ip=[\d.]+)?\)\s*)?(?:[\w.-]+: )?error: (.+)$", re.M)
 
 
 def last_exception(tail: str) -> Optional[str]:
@@ -104,6 +106,9 @@ def classify(code: int, tail: str, *, reward_files: Iterable[str] = ()) -> Cause
         kind = "killed" if sig == signal.SIGKILL else "preempted"
         why = "the host's OOM killer, or a kill from outside" if sig == signal.SIGKILL else "a stop that was not rayjobs'"
         return Cause(kind, True, f"the trainer got {name} ({why})")
+    said = ERROR_LINE.findall(tail[-200_000:])
+    if not exc and said:  # exit 2 is a usage error: the same input fails again
+        return Cause("error", code != 2, f"error: {said[-1].strip()}")
     return Cause("error", True, exc or f"exit code {code}")
 
 

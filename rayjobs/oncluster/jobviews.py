@@ -164,7 +164,16 @@ def users(svc: Any) -> dict[str, dict[str, Any]]:
 def health(svc: Any) -> dict[str, Any]:
     return {"ok": True, "version": __version__, "session": svc.session, "pid": _pid(), "started_at": svc.started_at,
             "waiting": len(svc.state.waiting), "admitted": len(svc.state.running),
-            "unreadable": len(svc.store.unreadable)}
+            "unreadable": len(svc.store.unreadable), "verl": _verl()}
+
+
+def _verl() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("verl")
+    except PackageNotFoundError:
+        return ""
 
 
 def _pid() -> int:

@@ -95,7 +95,7 @@ def _own_problems(p: Any, cfg: dict, where: dict[str, Any]) -> list[Problem]:
     """
     probs = config_problems(cfg)
     if not (runs_verl_trainer(cfg) and get_key(cfg, "rayjobs.kind", "verl") == "verl"):
-        return probs
+        return probs + _prepare_problems(cfg, where)
     if not where:
         from rayjobs import settings
 
@@ -107,6 +107,39 @@ def _own_problems(p: Any, cfg: dict, where: dict[str, Any]) -> list[Problem]:
     wd, visible = str(p.spec.runtime_env.get("working_dir", os.getcwd())), where["target"].embedded
     return (probs + runtime_problems(cfg, where["names"] or None, wd, files_visible=visible)
             + tool_problems(cfg, wd, files_visible=visible))
+
+
+def _prepare_problems(cfg: dict, where: dict[str, Any]) -> list[Problem]:
+    """``+exp=prepare_data`` from a path: on the embedded head the job reads it on this machine, so it must be here."""
+    source = str(get_key(cfg, "rayjobs.prepare.source", "auto"))
+    if "prepare_data" not in str(get_key(cfg, "rayjobs.entrypoint", "")) or source in ("auto", "hub", "sample"):
+        return []
+    from rayjobs import settings
+
+    target = where.get("target") or settings.resolve_target(get_key(cfg, "rayjobs.address"))
+    if not target.embedded or os.path.exists(source):
+        return []
+    return [Problem("rayjobs.prepare.source", source, "no such file or directory on this machine (the embedded head "
+                    "reads it here)", "give a directory with train.*/test.* files or one data file, or "
+                    "rayjobs.prepare.source=auto|hub|sample")]
+
+
+def note_daily(name: str, msg: str) -> None:
+    """A note said at most once a day on this machine (a stamp file in the local state dir)."""
+    from rayjobs import settings
+
+    stamp = settings.home() / "notes" / name
+    try:
+        if time.time() - stamp.stat().st_mtime < 86400:
+            return
+    except OSError:
+        pass
+    note(msg)
+    try:
+        stamp.parent.mkdir(parents=True, exist_ok=True)
+        stamp.touch()
+    except OSError:
+        pass
 
 
 def _verl_problems(plains: list[dict], per_point: list[list[Problem]]) -> int:
@@ -123,9 +156,8 @@ def _verl_problems(plains: list[dict], per_point: list[list[Problem]]) -> int:
     configs = [{k: v for k, v in plains[i].items() if k != "rayjobs"} for i in first.values()]
     results, why = helper.validate(configs)
     if results is None:
-        note(f"verl's own validation did not run ({why}); only rayjobs' own checks ran (batch sizes, micro-batches, "
-             f"rollout backend, estimator, critic, paths, reward), and verl validates again in the job's "
-             f"driver before it allocates GPUs. To run it here: {verlcheck.INSTALL_HINT}")
+        note_daily("verl-validation", f"verl's own validation skipped here ({why}; verl checks again before the "
+                   f"GPUs); for it: {verlcheck.INSTALL_HINT}")
         return len(first)
     by_key = dict(zip(first.keys(), results))
     for i, k in zip(idx, keys):

@@ -31,11 +31,13 @@ from rayjobs.preflight.verlcheck import MODE_ENV, Validator, missing_modules, ve
 IDLE_ENV = "RAYJOBS_PREFLIGHT_IDLE_S"
 
 
-def state_dir() -> Path:
-    """A private per-user dir shared by every ``$RAYJOBS_HOME`` (one helper per install, not per home)."""
+def state_dir(create: bool = True) -> Path:
+    """A private per-user dir shared by every ``$RAYJOBS_HOME`` (one helper per install, not per home);
+    ``create=False`` (a look, as ``rayjobs local status``): made nowhere."""
     base = Path(os.environ.get("XDG_RUNTIME_DIR") or "/tmp") / f"rayjobs-{os.getuid()}"
     try:
-        base.mkdir(mode=0o700, exist_ok=True)
+        if create:
+            base.mkdir(mode=0o700, exist_ok=True)
         st = base.stat()
         if st.st_uid == os.getuid() and not st.st_mode & 0o077:
             return base
@@ -225,7 +227,7 @@ def _helper_pids() -> list[int]:
     helper's idle timer, and a status command must not keep it alive.
     """
     pids = []
-    for pid_file in sorted(state_dir().glob("verl-*.pid")):
+    for pid_file in sorted(state_dir(create=False).glob("verl-*.pid")):
         try:
             pid = int(pid_file.read_text())
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")

@@ -52,6 +52,7 @@ def version_problems(d: "Dashboard") -> list[Problem]:
         return out  # the embedded head runs this interpreter: the same verl
     rec = settings.remembered_cluster()
     theirs = str(rec.get("verl") or rec.get("verl_version") or (rec.get("versions") or {}).get("verl") or "")
+    theirs = theirs or _heads_verl(d)
     ours = verl_facts()["version"]
     if theirs and version_tuple(theirs)[:2] != version_tuple(ours)[:2]:
         out.append(Problem("verl", theirs, f"the cluster runs verl {theirs} but the config was composed and checked "
@@ -60,6 +61,14 @@ def version_problems(d: "Dashboard") -> list[Problem]:
     elif not theirs:
         note("the cluster record has no verl version: the client/cluster verl match is not checked")
     return out
+
+
+def _heads_verl(d: "Dashboard") -> str:
+    """verl's version as the head's queue reports it (a cluster reached by address, not `rayjobs connect`)."""
+    try:
+        return d.queue.health().verl
+    except Exception:  # an older head, or the queue not up yet: the match is not checked (said)
+        return ""
 
 
 def nodes_in_use(d: "Dashboard") -> Optional[list[capacity.Node]]:

@@ -30,7 +30,8 @@ def secret_problems(cfg: Any, env_names: set[str], embedded: bool = False) -> li
             out.append(Problem("trainer.logger", get_key(cfg, "trainer.logger"),
                                f"{name} needs {secret} in the cluster's environment and the cluster has none (verl fails "
                                f"at {name}.init, after the GPUs are up)",
-                               f"{how_to_forward(secret, embedded)}, or drop {name}: trainer.logger=[console]"))
+                               f"to try it without {name}: +rayjobs.env.{mode_var}={off[0]}; to log, "
+                               f"{how_to_forward(secret, embedded)}; or drop {name}: trainer.logger=[console]"))
     return out
 
 

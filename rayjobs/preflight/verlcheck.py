@@ -31,8 +31,7 @@ from typing import Optional
 #: What ``import verl`` + validation needs beyond rayjobs' own dependencies.
 REQUIRED = ("torch", "tensordict", "transformers", "datasets", "codetiming")
 #: The pip line that makes verl's validation available on a laptop (CPU torch, ~1.7 GB).
-INSTALL_HINT = ("pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu && "
-                "pip install 'tensordict>=0.8,<=0.10,!=0.9.0' 'transformers>=5.5.3,<5.11,!=5.6.0' codetiming datasets")
+INSTALL_HINT = "pip install torch==2.13.0 -e '.[dev,preflight]'"  #: the README's own line
 MODE_ENV = "RAYJOBS_PREFLIGHT_VERL"  #: auto (helper process, default) | inprocess | off
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import textwrap
 from typing import Any, Iterator, Optional, Sequence
 
 from rayjobs.errors import run_cli
@@ -25,7 +26,8 @@ USAGE = """usage: python -m rayjobs.submit [-m] +exp=NAME [verl.key=value ...] [
 Compose a verl experiment (verl's own key names) and submit it as a Ray job.
   -m, --multirun     sweep: one Ray job per point (a=1,2 b=x,y -> 4 jobs), returns at once
   --cfg job          print the composed config and exit (Hydra)
-rayjobs keys: dry_run, priority, max_retries, entrypoint, working_dir, address, storage, follow, env, after
+rayjobs keys (rayjobs.KEY=VALUE; what each does: conf/config.yaml):
+{keys}
 Evaluate a sweep's last checkpoints: +exp=eval_checkpoint rayjobs.after=<sweep id> (one job per point)
 Experiments: {experiments}
 """
@@ -105,9 +107,14 @@ def _main(argv: Sequence[str]) -> int:
 
     args = get_args_parser().parse_args(list(argv))
     if args.help or args.hydra_help:
-        print(USAGE.format(experiments=", ".join(compose.experiments())))
+        from rayjobs.submit.schema import own_keys
+
+        keys = textwrap.fill(", ".join(k.removeprefix("rayjobs.") for k in own_keys()), 96,
+                             initial_indent="  ", subsequent_indent="  ")
+        print(USAGE.format(experiments=", ".join(compose.experiments()), keys=keys))
         return 0
     if args.multirun:
+        compose.check_shapes(args.overrides)
         hydra = compose.make_hydra()
         with compose.translate_errors(args.overrides):
             hydra.multirun(config_name=compose.CONFIG_NAME, task_function=no_task, overrides=list(args.overrides))

@@ -202,12 +202,25 @@ def compose(overrides: Sequence[str]) -> Composed:
     from hydra.types import RunMode
 
     overrides = list(overrides)
+    check_shapes(overrides)
     hydra = make_hydra()
     with translate_errors(overrides):
         cfg = hydra.compose_config(
             config_name=CONFIG_NAME, overrides=overrides, run_mode=RunMode.RUN, with_log_configuration=False
         )
     return finish(cfg, overrides)
+
+
+def check_shapes(overrides: Sequence[str]) -> None:
+    """An override that is no ``KEY=VALUE`` at all (``''``, ``=3``), named in one line before Hydra's parser
+    answers with its grammar."""
+    for o in overrides:
+        if not o.strip():
+            raise ConfigError("an empty override (''): give KEY=VALUE, e.g. trainer.total_epochs=2, or drop the "
+                              "empty argument")
+        if o.lstrip("+~").startswith("="):
+            raise ConfigError(f"override {o!r} has no key: give KEY=VALUE, e.g. trainer.total_epochs=2 "
+                              f"(+KEY=VALUE adds a new key on purpose)")
 
 
 def finish(cfg: Any, overrides: Sequence[str]) -> Composed:
@@ -223,6 +236,7 @@ def finish(cfg: Any, overrides: Sequence[str]) -> Composed:
         del cfg["hydra"]
         preset.update(apply_settings(cfg, overrides))
     schema.check_values(cfg.rayjobs)
+    warn_new_groups(overrides)
     check_types(cfg, overrides)
     check_absolute(cfg, overrides)
     OmegaConf.set_readonly(cfg, True)
@@ -311,6 +325,23 @@ def verl_schema() -> dict[str, Any]:
         return dict(flatten(yaml.safe_load(path.read_text()) or {}))
     except OSError:
         return {}
+
+
+_WARNED: set[str] = set()
+
+
+def warn_new_groups(overrides: Sequence[str]) -> None:
+    """``+nosuchgroup=x``: a new top-level key verl's config has no group for; verl ignores it, so say so once."""
+    import sys
+
+    tops = {k.split(".", 1)[0] for k in verl_schema()}
+    for ov in overrides:
+        key = override_key(ov)
+        if ov.startswith("+") and not ov.startswith("++") and "=" in ov and not is_own(ov) and tops \
+                and key.split(".", 1)[0].split("@", 1)[0] not in tops and key not in _WARNED:
+            _WARNED.add(key)  # once per key, not once per sweep point
+            print(f"rayjobs: warning: {ov}: verl's config has no {key.split('.', 1)[0]!r}, so verl ignores it"
+                  f"{did_you_mean(key.split('.', 1)[0], sorted(tops))}", file=sys.stderr)
 
 
 _TYPE_NAMES = {bool: "a boolean (true/false)", int: "an integer", float: "a number", str: "a string"}

@@ -19,6 +19,8 @@ from rayjobs.errors import ConfigError
 #: The name the schema is stored under in Hydra's ConfigStore (``conf/config.yaml`` lists it).
 SCHEMA_NAME = "rayjobs_schema"
 KINDS = ("verl", "command")
+DATASETS = ("gsm8k", "math", "gsm8k_tool")  #: what scripts/prepare_data.py makes
+SOURCES = ("auto", "hub", "sample")  #: else a directory or a file
 
 
 @dataclass
@@ -140,6 +142,20 @@ def check_values(rj: Any) -> None:
     for name in rj.env or {}:
         if not str(name).replace("_", "").isalnum() or str(name)[:1].isdigit():
             raise ConfigError(f"rayjobs.env.{name}: not an environment variable name (letters, digits, _)")
+    check_prepare(rj.prepare)
+
+
+def check_prepare(prep: Any) -> None:
+    """``rayjobs.prepare.*``: a known dataset, a source that is a choice or a path (one line, exit 2)."""
+    from rayjobs.errors import did_you_mean
+
+    dataset, source = str(prep.dataset or ""), str(prep.source or "")
+    if dataset not in DATASETS:
+        raise ConfigError(f"rayjobs.prepare.dataset={dataset!r}: must be one of {', '.join(DATASETS)}"
+                          f"{did_you_mean(dataset, DATASETS) if dataset else ''}")
+    if not source.strip():
+        raise ConfigError("rayjobs.prepare.source is empty: give auto, hub, sample, a directory with "
+                          "train.*/test.* or one data file")
 
 
 def after_ids(value: Any) -> List[str]:

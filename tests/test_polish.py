@@ -1,0 +1,81 @@
+"""What a new user trips on first (issue 28): each bad input is one line that names it and a fix.
+
+Fast tier: no Ray (the dry-runs and refusals happen before anything reaches a cluster).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from conftest import rayjobs_cli, rayjobs_submit
+
+from rayjobs.oncluster.failurecause import classify
+
+
+def _one_error(r, *needles: str) -> str:
+    assert r.returncode == 2, f"rc={r.returncode}\n{r.stderr}"
+    errors = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in r.stderr, r.stderr
+    for n in needles:
+        assert n in errors[0], errors[0]
+    return errors[0]
+
+
+@pytest.mark.parametrize("args, needles", [
+    (["+exp=prepare_data", ""], ["an empty override", "KEY=VALUE"]),
+    (["-m", "+exp=prepare_data", ""], ["an empty override"]),
+    (["+exp=prepare_data", "=3"], ["'=3' has no key", "+KEY=VALUE"]),
+    (["+exp=prepare_data", "rayjobs.prepare.dataset=gsm9k"], ["gsm8k, math, gsm8k_tool", "did you mean: gsm8k"]),
+    (["+exp=prepare_data", "rayjobs.prepare.dataset="], ["rayjobs.prepare.dataset=''", "must be one of"]),
+    (["+exp=prepare_data", "rayjobs.prepare.source="], ["rayjobs.prepare.source is empty", "auto, hub, sample"]),
+    (["+exp=prepare_data", "rayjobs.prepare.source=/nonexistent/dir", "rayjobs.dry_run=true"],
+     ["/nonexistent/dir", "no such file or directory on this machine"]),
+])
+def test_bad_input_is_one_line_naming_it(args, needles, tmp_path):
+    _one_error(rayjobs_submit(*args, cwd=tmp_path), *needles)
+
+
+def test_a_missing_wandb_key_says_how_to_try_without_it(tmp_path):
+    r = rayjobs_submit("+exp=ppo_gsm8k_qwen05b", "rayjobs.dry_run=true", cwd=tmp_path)
+    wandb = [line for line in r.stderr.splitlines() if "WANDB_API_KEY" in line]
+    assert r.returncode == 2 and wandb and "+rayjobs.env.WANDB_MODE=offline" in wandb[0], r.stderr
+
+
+def test_a_new_top_level_key_is_warned_about_once(tmp_path):
+    r = rayjobs_submit("-m", "+exp=ppo_gsm8k_qwen05b", "+nosuchgroup=x", "+trainer.my_flag=1",
+                       "trainer.total_epochs=1,2", "rayjobs.dry_run=true", cwd=tmp_path)
+    warned = [line for line in r.stderr.splitlines() if "verl ignores it" in line]
+    assert len(warned) == 1 and "+nosuchgroup=x" in warned[0], r.stderr  # not for trainer.my_flag, once for 2 points
+
+
+def test_help_lists_every_rayjobs_key(tmp_path):
+    from rayjobs.submit.schema import own_keys
+
+    r = rayjobs_submit("--help", cwd=tmp_path)
+    assert r.returncode == 0
+    listed = " ".join(r.stdout.split())
+    missing = [k for k in own_keys() if k.removeprefix("rayjobs.") not in listed]
+    assert not missing, missing
+
+
+def test_a_commands_own_error_line_is_its_failure_cause():
+    tail = ("usage: prepare_data.py [-h] --dataset {gsm8k,math,gsm8k_tool}\n"
+            "prepare_data.py: error: argument --dataset: invalid choice: 'gsm9k'\n")
+    cause = classify(2, tail)
+    assert cause.line() == "error: argument --dataset: invalid choice: 'gsm9k'" and not cause.retry
+    hub = "rayjobs: loading gsm8k\nerror: gsm8k: the Hugging Face hub is not reachable (offline?)\n"
+    assert classify(1, hub).line().startswith("error: gsm8k: the Hugging Face hub is not reachable")
+    assert classify(1, "Traceback ...\nValueError: bad\n").line() == "ValueError: bad"  # an exception still wins
+
+
+def test_local_status_creates_no_folder(tmp_path):
+    run_dir = tmp_path / "xdg"
+    run_dir.mkdir()
+    r = rayjobs_cli("local", "status", env={"XDG_RUNTIME_DIR": str(run_dir)})
+    assert r.returncode in (0, 1, 3), r.stderr
+    assert not list(run_dir.iterdir()), list(run_dir.iterdir())
+    assert not (Path(os.environ["RAYJOBS_HOME"]) / "preflight").exists()
