@@ -60,7 +60,7 @@ def pytest_configure(config: Any) -> None:
 
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
     for item in items:
-        if CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ())):
+        if CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ())) or item.get_closest_marker("slow"):
             item.add_marker(pytest.mark.cluster)
 
 
@@ -200,6 +200,15 @@ def submit_ids(c: FakeGpuCluster, *args: str, cwd: Optional[Path] = None, env: O
     r = submit_on(c, *args, cwd=cwd, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     return r.stdout.split()
+
+
+def send_on(c: FakeGpuCluster, *overrides: str, experiment: str = "fake_ppo") -> str:
+    """One job composed and sent in this process (what `python -m rayjobs.submit` does, minus its
+    start-up): the verl stand-in unless ``experiment`` says otherwise; its id."""
+    from rayjobs.submit import compose, pipeline
+
+    cfg = compose.compose([f"+exp={experiment}", f"rayjobs.address={c.address}", *overrides])
+    return pipeline.send(pipeline.prepare([cfg]), address=c.address)[0]
 
 
 def cli_on(c: FakeGpuCluster, *args: str, env: Optional[dict[str, str]] = None, timeout: float = 180,

@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 import pytest
 
-from conftest import FakeGpuCluster, cli_on, log_of, submit_on, view, wait_done, wait_until
+from conftest import FakeGpuCluster, cli_on, log_of, send_on, submit_on, view, wait_done, wait_until
 
 from rayjobs.shared import parse_stamp
 
@@ -32,12 +32,8 @@ def gclient(gpu_cluster: FakeGpuCluster) -> Any:
 
 
 def submit(cluster: FakeGpuCluster, *overrides: str) -> str:
-    """One job, composed and sent in this process (what `python -m rayjobs.submit` does, minus startup)."""
-    from rayjobs.submit import compose
-    from rayjobs.submit import pipeline as sub
-
-    c = compose.compose(["+exp=fake_ppo", f"rayjobs.address={cluster.address}", "+fake.hold_gpus=true", *overrides])
-    return sub.send(sub.prepare([c]), address=cluster.address)[0]
+    """A job of the verl stand-in that holds its GPUs in placement groups, as verl does."""
+    return send_on(cluster, "+fake.hold_gpus=true", *overrides)
 
 
 def admitted_at(client: Any, sid: str) -> Optional[float]:

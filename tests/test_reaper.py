@@ -25,8 +25,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import pytest
-from conftest import REPO, rayjobs_cli, wait_terminal, wait_until
-from test_queue_cluster import FakeGpuCluster
+from conftest import REPO, FakeGpuCluster, log_of, rayjobs_cli, send_on, view, wait_done, wait_until
 
 from rayjobs.oncluster import reaper
 from rayjobs.shared import JOB_MARK_ENV
@@ -243,35 +242,10 @@ def test_a_reap_that_hit_its_bound_says_what_still_holds_gpu_memory(tmp_path, mo
 
 
 # --------------------------------------------------------------------------- a real cluster
-@pytest.fixture(scope="module")
-def gpu_node() -> Any:
-    root = Path(tempfile.mkdtemp(prefix="rjr", dir="/tmp"))
-    (root / "apps").write_text("")
-    path = os.pathsep.join([str(BIN), os.path.dirname(sys.executable), os.environ.get("PATH", "")])
-    # a reap's wait for GPU memory to be freed: 20 s, the most reap_job's 30 s allow (never hit here)
-    c = FakeGpuCluster(root, nodes=((2, 6),), env={"PATH": path, "FAKE_NVIDIA_SMI_APPS": str(root / "apps"),
-                                                   "FAKE_NVIDIA_SMI_CALLS": str(root / "calls"),
-                                                   "RAYJOBS_REAP_GPU_WAIT_S": "20"})
-    c.start()
-    yield c
-    c.stop()
-    shutil.rmtree(root, ignore_errors=True)
-
-
-def submit(c: FakeGpuCluster, *overrides: str) -> str:
-    """One job, composed and sent in this process (what `python -m rayjobs.submit` does)."""
-    from rayjobs.submit import compose
-    from rayjobs.submit import pipeline as sub
-
-    cfg = compose.compose(["+exp=fake_ppo", f"rayjobs.address={c.address}", *overrides])
-    return sub.send(sub.prepare([cfg]), address=c.address)[0]
-
-
-def log_of(c: FakeGpuCluster, sid: str) -> str:
-    try:
-        return c.client().get_job_logs(sid)
-    except RuntimeError:  # not in Ray yet: the queue holds it
-        return ""
+@pytest.fixture
+def gpu_node(one_node: FakeGpuCluster) -> FakeGpuCluster:
+    """The shared 1-node cluster: the fake nvidia-smi on its PATH, a reap's wait for GPU memory 20 s."""
+    return one_node
 
 
 def pid_in_log(c: FakeGpuCluster, sid: str, pattern: re.Pattern) -> int:
@@ -280,21 +254,19 @@ def pid_in_log(c: FakeGpuCluster, sid: str, pattern: re.Pattern) -> int:
 
 
 def history(c: FakeGpuCluster, sid: str) -> dict[str, Any]:
-    from rayjobs.client import queuechannel
-
-    return wait_until(lambda: queuechannel.read_history(c.dashboard()).get(sid), 60, f"{sid} in the queue's history")
+    """The queue's record of an ended job (its view: admitted_at, reaped, ...)."""
+    wait_done(c, sid, timeout=120)
+    return view(c, sid)
 
 
 def waiting(c: FakeGpuCluster) -> set[str]:
-    from rayjobs.views.queuestatus import QueueView
-
-    return set(QueueView.read(c.dashboard(), history=False).waiting)
+    return {v["submission_id"] for v in c.queue().jobs(status=["QUEUED"])}
 
 
 def stray_gpu_holder(c: FakeGpuCluster) -> subprocess.Popen:
     """A GPU holder that is no job's (not marked, not Ray's): reported by every reap, never killed."""
     p = subprocess.Popen(["sleep", "600"], env={k: v for k, v in os.environ.items() if k != JOB_MARK_ENV})
-    with open(c.root / "apps", "a") as f:
+    with open(c.apps, "a") as f:
         f.write(f"{p.pid},1000\n")
     return p
 
@@ -305,15 +277,15 @@ def test_an_orphan_holding_a_gpu_is_reaped_before_the_next_job_is_admitted(gpu_n
     stray = stray_gpu_holder(c)
     try:
         whole = ("trainer.n_gpus_per_node=2", "+fake.hold_gpus=true", "+fake.steps=1")
-        a = submit(c, *whole, "+fake.orphan=true", "+fake.hold_s=600")
+        a = send_on(c, *whole, "+fake.orphan=true", "+fake.hold_s=600")
         orphan = pid_in_log(c, a, ORPHAN)
         death = DeathWatch(orphan)
         # B needs both GPUs too: it waits for A (stopped below), then checks first thing that A's orphan is gone
-        b = submit(c, "trainer.n_gpus_per_node=2", f"rayjobs.entrypoint='python3 workloads/orphan_check.py {orphan}'")
+        b = send_on(c, "trainer.n_gpus_per_node=2", f"rayjobs.entrypoint='python3 workloads/orphan_check.py {orphan}'")
         assert b in waiting(c), "B should wait for A's GPUs"
         c.client().stop_job(a)  # SIGTERM to A's process group: the orphan, in a session of its own, stays
-        assert wait_terminal(c.client(), a, timeout=120) == "STOPPED", log_of(c, a)[-1500:]
-        assert wait_terminal(c.client(), b, timeout=120) == "SUCCEEDED", log_of(c, b)[-1500:]
+        assert wait_done(c, a, timeout=120) == "STOPPED", log_of(c, a)[-1500:]
+        assert wait_done(c, b, timeout=120) == "SUCCEEDED", log_of(c, b)[-1500:]
         ha, hb = history(c, a), history(c, b)
         assert f"orphan {orphan} at start: gone" in log_of(c, b), log_of(c, b)[-1500:]
         assert death.at is not None and death.at <= float(hb["admitted_at"]), (death.at, hb["admitted_at"])
@@ -336,30 +308,31 @@ def test_an_orphan_holding_a_gpu_is_reaped_before_the_next_job_is_admitted(gpu_n
 def hold_memory(c: FakeGpuCluster, pid: int, held: Path) -> None:
     """The fake nvidia-smi lists ``pid``'s memory, even after it ended, until ``held`` is removed."""
     held.touch()
-    apps = c.root / "apps"
+    apps = c.apps
     apps.write_text("".join(f"{ln},{held}\n" if ln.split(",")[0] == str(pid) else f"{ln}\n"
                             for ln in apps.read_text().splitlines()))
 
 
 def test_the_next_job_is_not_admitted_while_nvidia_smi_lists_the_ended_jobs_memory(gpu_node, workdir):
     c = gpu_node
-    held = c.root / "held"
+    held = c.root / f"held-{time.monotonic_ns()}"
     whole = ("trainer.n_gpus_per_node=2", "+fake.hold_gpus=true", "+fake.steps=1")
-    a = submit(c, *whole, "+fake.orphan=true", "+fake.hold_s=600")
+    a = send_on(c, *whole, "+fake.orphan=true", "+fake.hold_s=600")
     orphan = pid_in_log(c, a, ORPHAN)
     hold_memory(c, orphan, held)  # as a process tearing down CUDA, or a driver that has not freed it yet
     try:
-        b = submit(c, "trainer.n_gpus_per_node=2", "+fake.steps=1")
+        b = send_on(c, "trainer.n_gpus_per_node=2", "+fake.steps=1")
         assert b in waiting(c), "B should wait for A's GPUs"
         c.client().stop_job(a)
-        assert wait_terminal(c.client(), a, timeout=120) == "STOPPED", log_of(c, a)[-1500:]
+        # Ray's word, not the queue's: the queue finishes A only once its reap -- held here -- returns
+        wait_until(lambda: str(c.client().get_job_status(a)) == "STOPPED", 120, "Ray to stop A")
         wait_until(lambda: gone(orphan), 60, "A's orphan SIGKILLed")
-        n = calls(c.root / "calls")
-        wait_until(lambda: calls(c.root / "calls") >= n + 3 or b not in waiting(c), 60, "the reaper asking nvidia-smi")
+        n = calls(c.smi_calls)
+        wait_until(lambda: calls(c.smi_calls) >= n + 3 or b not in waiting(c), 60, "the reaper asking nvidia-smi")
         assert b in waiting(c), "B was admitted while nvidia-smi still listed A's orphan's 5120 MiB"
         freed_at = time.time()
         held.unlink()
-        assert wait_terminal(c.client(), b, timeout=120) == "SUCCEEDED", log_of(c, b)[-1500:]
+        assert wait_done(c, b, timeout=120) == "SUCCEEDED", log_of(c, b)[-1500:]
         assert float(history(c, b)["admitted_at"]) >= freed_at
         reaped = history(c, a)["reaped"]
         assert [ln for ln in reaped if f"pid {orphan} " in ln] == [f"pid {orphan} (python3, 5120 MiB GPU) SIGKILL on 127.0.0.1"], reaped
@@ -370,17 +343,17 @@ def test_the_next_job_is_not_admitted_while_nvidia_smi_lists_the_ended_jobs_memo
 def test_a_live_jobs_processes_are_not_touched(gpu_node, workdir):
     c = gpu_node
     one = ("trainer.n_gpus_per_node=1", "+fake.hold_gpus=true", "+fake.steps=1", "+fake.orphan=true")
-    live = submit(c, *one, "+fake.hold_s=600")
+    live = send_on(c, *one, "+fake.hold_s=600")
     live_orphan, live_trainer = pid_in_log(c, live, ORPHAN), pid_in_log(c, live, TRAINER)
-    ended = submit(c, *one)
+    ended = send_on(c, *one)
     ended_orphan = pid_in_log(c, ended, ORPHAN)
-    assert wait_terminal(c.client(), ended, timeout=120) == "SUCCEEDED", log_of(c, ended)[-1500:]
+    assert wait_done(c, ended, timeout=120) == "SUCCEEDED", log_of(c, ended)[-1500:]
     reaped = history(c, ended)["reaped"]
     assert [ln for ln in reaped if ln.startswith(f"pid {ended_orphan} ")], reaped
     assert gone(ended_orphan)
     assert not gone(live_orphan) and not gone(live_trainer)  # the live job's: untouched
     assert not [ln for ln in reaped if f"pid {live_orphan} " in ln or f"pid {live_trainer} " in ln], reaped
     c.client().stop_job(live)
-    assert wait_terminal(c.client(), live, timeout=120) == "STOPPED"
+    assert wait_done(c, live, timeout=120) == "STOPPED"
     assert [ln for ln in history(c, live)["reaped"] if ln.startswith(f"pid {live_orphan} ")]  # now its turn
     assert gone(live_orphan)

@@ -87,7 +87,8 @@ def one_line(err: dict[str, Any]) -> str:
     where = ""
     for part in [p for p in err.get("loc", ()) if p not in ("body", "query", "path")]:
         where += f"[{part}]" if isinstance(part, int) else (f".{part}" if where else str(part))
-    msg = {"extra_forbidden": "unknown field", "missing": "missing"}.get(str(err.get("type")), err.get("msg", "invalid"))
+    msg = {"extra_forbidden": "unknown field", "unexpected_keyword_argument": "unknown field", "missing": "missing",
+           "missing_argument": "missing"}.get(str(err.get("type")), err.get("msg", "invalid"))
     return f"{where}: {msg}" if where else str(msg)
 
 
@@ -244,10 +245,11 @@ async def _crashed(_: Request, e: Exception) -> Response:
                             f"its log is the queue actor's on the head"}, 500)
 
 
-def create_app(svc: Any, token: Optional[str], kick: Callable[[], None] = lambda: None, io: Any = None) -> FastAPI:
+def create_app(svc: Any, token: Optional[str], kick: Callable[[], None] = lambda: None, io: Any = None,
+               body_limit: int = wire.MAX_BODY_BYTES) -> FastAPI:
     """The API over the queue service ``svc``. ``token``: the bearer token asked for (None: the
     cluster has no auth); ``kick`` wakes the queue's loop after a change; ``io``: the executor
-    that runs the durable writes."""
+    that runs the durable writes; ``body_limit``: the largest JSON body taken."""
     app = FastAPI(title="rayjobs queue", version=__version__, openapi_url=None, docs_url=None, redoc_url=None,
                   description=__doc__, dependencies=[Depends(auth)])
     app.state.rj = Context(svc, token, kick, io)
@@ -261,7 +263,7 @@ def create_app(svc: Any, token: Optional[str], kick: Callable[[], None] = lambda
     async def openapi() -> Response:
         return answer(app.openapi())
 
-    app.add_middleware(BodyLimit)
+    app.add_middleware(BodyLimit, limit=body_limit)
     return app
 
 
