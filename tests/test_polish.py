@@ -79,3 +79,23 @@ def test_local_status_creates_no_folder(tmp_path):
     assert r.returncode in (0, 1, 3), r.stderr
     assert not list(run_dir.iterdir()), list(run_dir.iterdir())
     assert not (Path(os.environ["RAYJOBS_HOME"]) / "preflight").exists()
+
+
+def _dry_env(tmp_path, *overrides: str) -> dict:
+    import json
+
+    r = rayjobs_submit("+exp=ppo_gsm8k_qwen05b", "+rayjobs.env.WANDB_MODE=offline", "rayjobs.dry_run=true",
+                       "rayjobs.preflight=false", *overrides, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)["submit_job"]["runtime_env"].get("env_vars", {})
+
+
+def test_a_wandb_job_keeps_one_wandb_run_across_attempts(tmp_path):
+    """The W&B run id comes from the run name (what a retry, a preemption's resume and `resume` keep)."""
+    a = _dry_env(tmp_path, "trainer.experiment_name=my_run")
+    b = _dry_env(tmp_path, "trainer.experiment_name=my_run")
+    c = _dry_env(tmp_path, "trainer.experiment_name=other_run")
+    assert a["WANDB_RUN_ID"] == b["WANDB_RUN_ID"] != c["WANDB_RUN_ID"] and a["WANDB_RESUME"] == "allow"
+    assert a["WANDB_RUN_ID"].startswith("my_run-") and len(a["WANDB_RUN_ID"]) <= 64
+    assert "WANDB_RUN_ID" not in _dry_env(tmp_path, "trainer.logger=[console]")
+    assert _dry_env(tmp_path, "+rayjobs.env.WANDB_RUN_ID=mine")["WANDB_RUN_ID"] == "mine"

@@ -103,11 +103,12 @@ def run_preflight(prepared: Sequence[Prepared]) -> None:
 
 def dry_run_report(prepared: Sequence[Prepared]) -> str:
     """What dry-run prints: per point the resolved config and the exact submit request."""
-    from omegaconf import OmegaConf
+    from rayjobs.submit import configcache
 
-    docs = [{"experiment": p.composed.experiment,
-             "config": OmegaConf.to_container(p.composed.cfg, resolve=True),
-             "submit_job": p.spec.to_json()} for p in prepared]
+    # A sweep's points share all but their swept leaves: resolve the tree once (not once a point).
+    configs = configcache.resolve_points([p.composed.cfg for p in prepared])
+    docs = [{"experiment": p.composed.experiment, "config": c, "submit_job": p.spec.to_json()}
+            for p, c in zip(prepared, configs)]
     return json.dumps(docs[0] if len(docs) == 1 else docs, indent=2, default=str)
 
 

@@ -268,6 +268,15 @@ def verl_args(c: Composed, run: str, storage: str) -> tuple[list[str], dict[str,
     return verl_overrides(c, forced), meta
 
 
+def wandb_run(run: str) -> dict[str, str]:
+    """One W&B run per job across its attempts, resumes and preemptions: a stable id from the run name
+    (verl's tracker passes none), resumed when it exists. A rerun is a new run name, so a new W&B run."""
+    import hashlib
+
+    rid = f"{slug(run, 54)}-{hashlib.sha1(run.encode()).hexdigest()[:8]}"  # W&B ids: <= 64, no / : # ? %
+    return {"WANDB_RUN_ID": rid, "WANDB_RESUME": "allow"}
+
+
 def build_spec(c: Composed, ctx: Context) -> JobSpec:
     """The Ray job for one composed point. Pure: same inputs, same spec."""
     from omegaconf import OmegaConf
@@ -290,6 +299,8 @@ def build_spec(c: Composed, ctx: Context) -> JobSpec:
     else:
         raise ConfigError(f"rayjobs.kind={rj.kind!r} is not one of: verl, command")
     meta.update(more)
+    if rj.kind == "verl" and "wandb" in str(OmegaConf.select(c.cfg, "trainer.logger", default="")):
+        env = {**wandb_run(meta["run"]), **env}  # the user's own WANDB_RUN_ID wins
     entrypoint = " ".join([RUNNER, str(rj.entrypoint)] + [shlex.quote(a) for a in args])
     runtime_env: dict[str, Any] = {"working_dir": ctx.working_dir, "excludes": list(rj.excludes)}
     if env:
