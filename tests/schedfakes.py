@@ -20,10 +20,12 @@ NOW = 1_800_000_000.0
 
 def record(job_id: str, groups: Sequence[int], *, at: float = NOW, priority: int = 0, user: str = "u",
            sweep: str = "", after: Sequence[str] = (), preemptible: bool = False, wait_s: float = 900.0,
-           retries: int = 0, state: State = State.WAITING, storage: str = "/nonexistent/storage") -> JobRecord:
+           retries: int = 0, state: State = State.WAITING, storage: str = "/nonexistent/storage",
+           halving: str = "", resumed_from: str = "") -> JobRecord:
     """A job's record as a submit writes it (``at``: when it was queued and submitted)."""
     meta = JobMeta(experiment="x", priority=priority, user=user, sweep=sweep, after=tuple(after),
                    preemptible=preemptible, preempt_wait_s=wait_s, max_retries=retries, gpu_groups=tuple(groups),
+                   halving=halving, resumed_from=resumed_from,
                    submitted_at=datetime.fromtimestamp(int(at), tz=timezone.utc).isoformat(timespec="milliseconds"),
                    run=job_id, run_dir=f"{storage}/runs/p/{job_id}", checkpoint_dir=f"{storage}/checkpoints/p/{job_id}")
     spec = {"entrypoint": "python3 -m rayjobs.oncluster.runner -- true", "submission_id": job_id,

@@ -11,7 +11,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
-from typing import Any, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Mapping, Optional
+
+if TYPE_CHECKING:
+    from rayjobs.contract.halving import Halving
 
 #: Keys that hold JSON lists in Ray's metadata.
 _JSON_LISTS = ("overrides", "sweep_overrides", "after", "gpu_groups")
@@ -63,6 +66,13 @@ class JobMeta:
     @property
     def gpus(self) -> int:
         return sum(self.gpu_groups)
+
+    @property
+    def halving_spec(self) -> Optional["Halving"]:
+        """The sweep's successive halving settings (None: the job is not halved)."""
+        from rayjobs.contract.halving import Halving
+
+        return Halving.from_json(self.halving)
 
     def submitted_ts(self) -> float:
         """``submitted_at`` as epoch seconds (0.0 when absent or unreadable)."""

@@ -53,6 +53,8 @@ class JobRecord:
     stop_asked: bool = False  #: its user stopped it (it ends there, even mid-preemption)
     history: tuple[Mapping[str, Any], ...] = ()  #: events of its life (lost, preempted)
     pruned: bool = False  #: deleted from Ray's job table
+    rungs: Mapping[str, Any] = field(default_factory=dict)  #: successive halving: {rung step: its value there}
+    halved: Optional[Mapping[str, Any]] = None  #: halved at a rung: {rung, value, rank, of, text}
     updated_at: float = 0.0
     extra: Mapping[str, Any] = field(default_factory=dict)
 

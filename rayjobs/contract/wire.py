@@ -94,6 +94,8 @@ class JobView:
     final: Optional[dict[str, Any]] = None
     pruned: bool = False
     from_queue: bool = False  #: ended: its log by file name, its progress from ``final`` (what the queue kept)
+    rungs: dict[str, Optional[float]] = field(default_factory=dict)  #: successive halving: its value at each rung
+    halved: Optional[dict[str, Any]] = None  #: {rung, value, rank, of, text}: its sweep's halving stopped it
 
 
 @dataclass

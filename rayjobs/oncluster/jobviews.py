@@ -28,7 +28,8 @@ def _base(rec: JobRecord) -> dict[str, Any]:
             "driver_node_id": (rec.log or {}).get("node_id"), "in_ray": False, "cause": rec.cause,
             "checkpoint_step": rec.checkpoint_step, "attempts": list(rec.attempts), "first_attempt": rec.first_attempt,
             "lost": rec.lost, "preemptions": rec.preemptions, "preempted": rec.preempted, "preempting_for": None,
-            "reaped": list(rec.reaped), "final": rec.final, "pruned": rec.pruned, "from_queue": rec.done}
+            "reaped": list(rec.reaped), "final": rec.final, "pruned": rec.pruned, "from_queue": rec.done,
+            "rungs": dict(rec.rungs or {}), "halved": rec.halved}
 
 
 def reason(svc: Any, w: Waiting) -> str:

@@ -34,7 +34,8 @@ from rayjobs.oncluster.jobrecord import finish_record, lost_attempt, next_attemp
 from rayjobs.oncluster.preemption import Preemptions
 from rayjobs.oncluster.queuestate import QueueState, Running
 from rayjobs.oncluster.reaping import Reaped, Reaping
-from rayjobs.oncluster.scheduler import Admit, CallOff, Decision, Fail, Offer, Policy, Preempt, StopOverdue
+from rayjobs.oncluster.rungs import Rungs
+from rayjobs.oncluster.scheduler import Admit, CallOff, Decision, Fail, Offer, Policy, Preempt, Rung, StopOverdue
 from rayjobs.oncluster.standby import Standby
 from rayjobs.oncluster.store import QueueStore
 from rayjobs.shared import stamp
@@ -80,6 +81,7 @@ class QueueService:
         self.reaping = Reaping(reap or (lambda job_id, **kw: []), self.pool, jobs.details,
                                enabled=reap is not None and reap_enabled, note=self.note)
         self.preemptions = Preemptions(jobs, self.pool, note=self.note)
+        self.rungs = Rungs(self._put, lambda job_id: self.pool.submit(self.jobs.stop, job_id), note=self.note)
         self.decision = Decision()
         self.nodes: list[Any] = []
         self.prune_every_s = float(os.environ.get(pruning.EVERY_ENV, 60.0))
@@ -110,6 +112,7 @@ class QueueService:
                 self.state.queue(rec)
             elif rec.state == State.ADMITTED:
                 self._recover_admitted(rec)
+        self.rungs.recover(self.state, self.records)
         self.note("start", f"{len(self.state.waiting)} waiting, {len(self.state.running)} admitted")
         if self.state.waiting:
             self.standby.adopt(self.state.waiting)
@@ -146,6 +149,7 @@ class QueueService:
         self.state.gpu_gate = self.reaping.gate()
         self.state.standby = self.standby.sid
         self.state.requeueing = {i for i in self.preemptions.requeueing() if i in self.state.waiting}
+        self.rungs.observe(self.state, now)
         self._decide(now)
         running = list(self.state.running)
         self.admitter.poll(running)
@@ -159,7 +163,7 @@ class QueueService:
     def _decide(self, now: float) -> None:
         """Run the rules when an input changed (or their clocks may have moved on); carry out the actions."""
         st = self.state
-        if not st.waiting and not any(r.preempting_for for r in st.running.values()):
+        if not st.waiting and not any(r.preempting_for or r.req.halving for r in st.running.values()):
             self.decision = Decision()
             return
         key = (st.version, tuple(self.nodes), st.gpu_gate, st.standby, frozenset(st.requeueing),
@@ -220,6 +224,8 @@ class QueueService:
             self.note("preemption overdue: stopped", action.id)
         elif isinstance(action, Offer) and action.id in st.waiting:
             self.standby.offer(st.waiting[action.id].rec)
+        elif isinstance(action, Rung) and action.id in st.running:
+            self.rungs.at_rung(st, st.running[action.id], action.verdict, now)
 
     def admit(self, job_id: str, note: str, now: float) -> None:
         """Hand a waiting job to Ray: its record says admitted (durably) before Ray is asked."""
@@ -326,6 +332,8 @@ class QueueService:
         if info is None and not message and status in TERMINAL:
             info = self.jobs.details(rec.id)
         done = finish_record(rec, status, message, info, reaped or [])
+        if rec.halved and status == "STOPPED":  # its user did not stop it: its sweep's halving did
+            cause, done = str(rec.halved.get("text")), done.with_(message=str(rec.halved.get("text")))
         if cause:
             done = done.with_(cause=cause)
         done = self._put(done)

@@ -47,6 +47,7 @@ class Running:
     preempt_asked: float = 0.0  #: when that stop was asked (epoch s)
     preempt_forced: bool = False  #: the queue stopped it itself (no checkpoints, or its runner was late)
     ended: str = ""  #: how its Ray job ended (a status, or LOST), while it is reaped
+    history: dict[int, dict[str, float]] = field(default_factory=dict)  #: its run's metrics by step (halving reads it)
 
     @property
     def id(self) -> str:
@@ -76,6 +77,8 @@ class QueueState:
         self.requeueing: set[str] = set()  #: preempted jobs whose old Ray entry is being deleted
         self.gpuless: set[str] = set()
         self.shapes: Counter = Counter()
+        #: successive halving: sweep -> rung -> {job id: its value there}, of every point that reached it
+        self.ladder: dict[str, dict[int, dict[str, float]]] = {}
 
     # ------------------------------------------------------------------ the line
     def queue(self, rec: JobRecord) -> Waiting:
@@ -141,6 +144,15 @@ class QueueState:
         self.drop(job_id)
         self.done[job_id] = status
         self.version += 1
+
+    def reached(self, sweep: str, rung: int, job_id: str, value: float) -> None:
+        """A sweep point's value at a rung (it counts for the points that reach the rung after it)."""
+        self.ladder.setdefault(sweep, {}).setdefault(rung, {})[job_id] = value
+        self.version += 1
+
+    def at_rung(self, sweep: str, rung: int, but: str) -> list[float]:
+        """The values the sweep's other points reached ``rung`` with."""
+        return [v for i, v in self.ladder.get(sweep, {}).get(rung, {}).items() if i != but]
 
     def holds(self, job_id: str) -> bool:
         return job_id in self.waiting or job_id in self.running or job_id in self.ending

@@ -8,7 +8,9 @@ guard's clock -- survive a restart of the queue or of the head's Ray.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
+from rayjobs.contract.halving import Halving
 from rayjobs.contract.record import JobRecord
 
 
@@ -28,6 +30,8 @@ class Request:
     preemptible: bool = False  #: may a higher-priority job that does not fit take its GPUs
     preempt_wait_s: float = 900.0  #: how long it may run on to its next checkpoint once preempted
     after: tuple[str, ...] = ()  #: jobs that must have SUCCEEDED before it may start
+    sweep: str = ""  #: its sweep's id (successive halving compares the points of one sweep)
+    halving: Optional[Halving] = None  #: the sweep's halving settings; None: never halved (a resume is not)
 
     @property
     def gpus(self) -> int:
@@ -44,4 +48,5 @@ def request_from_record(rec: JobRecord) -> Request:
     return Request(id=rec.id, groups=tuple(m.gpu_groups), priority=m.priority, submitted=m.submitted_ts() or queued,
                    point=rec.point, created_ms=int(queued * 1000), since=queued,
                    retries=max(0, m.max_retries - int(rec.lost or 0)), user=m.user, preemptible=m.preemptible,
-                   preempt_wait_s=m.preempt_wait_s, after=tuple(m.after))
+                   preempt_wait_s=m.preempt_wait_s, after=tuple(m.after), sweep=m.sweep,
+                   halving=None if m.resumed_from else m.halving_spec)

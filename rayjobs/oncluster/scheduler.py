@@ -8,6 +8,8 @@ state and what the rules before it decided (:class:`Pass`), and may end the pass
 
 1. :func:`call_off_preemptions` -- a job being stopped for one that no longer waits trains on.
 2. :func:`overdue_preemptions` -- a preempted job whose runner missed its deadline is stopped.
+   :func:`halve_at_rungs` -- successive halving: a sweep point at a rung goes on only in the top
+   ``keep`` of the points there so far; else it is stopped at its next checkpoint.
 3. :func:`dependencies` -- ``rayjobs.after``: held until those SUCCEEDED; failed, never started, if one failed.
 4. :func:`start_gpuless` -- a job without GPU groups starts at once.
 5. :func:`queue_off` -- the queue switched off, or a cluster without GPUs: every ready job starts.
@@ -27,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
-from rayjobs.oncluster import capacity, policy as team
+from rayjobs.oncluster import capacity, halving, policy as team
 from rayjobs.oncluster.queuestate import QueueState, Running, Waiting
 
 #: What an admitted job's preemption may wait past its ``preempt_wait_s`` before the queue stops it.
@@ -114,7 +116,16 @@ class Offer:
     id: str
 
 
-Action = Union[Admit, Fail, Preempt, CallOff, StopOverdue, Offer]
+@dataclass(frozen=True)
+class Rung:
+    """A sweep point reached a rung of its successive halving: its standing there, and whether it
+    goes on (else it is stopped at its next checkpoint: halved)."""
+
+    id: str
+    verdict: halving.Verdict
+
+
+Action = Union[Admit, Fail, Preempt, CallOff, StopOverdue, Offer, Rung]
 
 
 @dataclass
@@ -201,6 +212,26 @@ def overdue_preemptions(p: Pass) -> None:
         if (r.preempting_for and r.id in p.preempting and not r.preempt_forced
                 and p.now - r.preempt_asked > r.req.preempt_wait_s + OVERDUE_GRACE_S):
             p.act(StopOverdue(r.id))
+
+
+def halve_at_rungs(p: Pass) -> None:
+    """Successive halving (:mod:`rayjobs.oncluster.halving`): each running sweep point whose run
+    reached a rung not judged yet is ranked against the points of its sweep that reached it before
+    (in this pass too); outside the top ``keep`` it is halved, and its later rungs are not judged."""
+    seen: dict[tuple[str, int], list[float]] = {}
+    for r in sorted(p.state.running.values(), key=lambda r: r.id):
+        h = r.req.halving
+        if h is None or r.stop_asked or r.ending or r.rec.halved or not r.history:
+            continue
+        judged = [int(k) for k in r.rec.rungs]
+        for rung, value in halving.rungs_due(h, r.history, judged):
+            here = seen.setdefault((r.req.sweep, rung), [])
+            v = halving.judge(h, rung, value, p.state.at_rung(r.req.sweep, rung, r.id) + here)
+            p.act(Rung(r.id, v))
+            if value is not None:
+                here.append(value)
+            if not v.goes_on:
+                break
 
 
 def dependencies(p: Pass) -> None:
@@ -343,6 +374,7 @@ def pre_start(p: Pass) -> None:
 RULES: tuple[Callable[[Pass], None], ...] = (
     call_off_preemptions,
     overdue_preemptions,
+    halve_at_rungs,
     dependencies,
     start_gpuless,
     queue_off,

@@ -32,6 +32,17 @@ class PrepareConfig:
 
 
 @dataclass
+class HalvingConfig:
+    """Successive halving of a sweep (``rayjobs.halving.metric`` turns it on): at each rung a point
+    goes on only in the top ``keep`` of the points there so far; the others stop at a checkpoint."""
+
+    metric: str = ""  #: a metric verl logs (``val-core/openai/gsm8k/reward/mean@1``); empty: off
+    mode: str = "max"  #: max | min
+    rungs: List[int] = field(default_factory=list)  #: steps, increasing
+    keep: float = 1 / 3  #: the fraction that goes on at a rung
+
+
+@dataclass
 class ClusterShape:
     """The cluster's shape, for presets that follow it (``grpo_7b``); from ``rayjobs up/connect``."""
 
@@ -62,6 +73,7 @@ class RayjobsConfig:
     env: Dict[str, str] = field(default_factory=dict)
     preflight: bool = True
     prepare: PrepareConfig = field(default_factory=PrepareConfig)
+    halving: HalvingConfig = field(default_factory=HalvingConfig)
     cluster: ClusterShape = field(default_factory=ClusterShape)
 
 
@@ -143,6 +155,25 @@ def check_values(rj: Any) -> None:
         if not str(name).replace("_", "").isalnum() or str(name)[:1].isdigit():
             raise ConfigError(f"rayjobs.env.{name}: not an environment variable name (letters, digits, _)")
     check_prepare(rj.prepare)
+    check_halving(rj.halving)
+
+
+def check_halving(h: Any) -> None:
+    """``rayjobs.halving.*``: off without a metric; on, increasing positive rungs and 0 < keep < 1."""
+    rungs = [int(r) for r in (h.rungs or [])]
+    if not str(h.metric or "").strip():
+        if rungs:
+            raise ConfigError("rayjobs.halving.rungs is set but rayjobs.halving.metric is not: name the metric the "
+                              "points are ranked by, e.g. rayjobs.halving.metric=val-core/openai/gsm8k/reward/mean@1")
+        return
+    if str(h.mode) not in ("max", "min"):
+        raise ConfigError(f"rayjobs.halving.mode={h.mode!r}: must be max (higher is better) or min")
+    if not rungs or any(r <= 0 for r in rungs) or rungs != sorted(set(rungs)):
+        raise ConfigError(f"rayjobs.halving.rungs={rungs}: give the steps to compare at, increasing and positive, "
+                          f"e.g. rayjobs.halving.rungs=[50,100,200]")
+    if not 0 < float(h.keep) < 1:
+        raise ConfigError(f"rayjobs.halving.keep={h.keep}: the fraction that goes on at a rung, between 0 and 1 "
+                          f"(default 1/3)")
 
 
 def check_prepare(prep: Any) -> None:

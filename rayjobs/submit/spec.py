@@ -230,7 +230,14 @@ def base_metadata(c: Composed, ctx: Context) -> dict[str, str]:
         "preempt_wait_s": f"{float(rj.preempt_wait_s):g}",
         # the ids as typed (a sweep id stands for its points): the queue resolves them when it queues
         **({"after": json.dumps(after_ids(rj.after))} if after_ids(rj.after) else {}),
+        **({"halving": _halving(rj.halving)} if str(rj.halving.metric or "") else {}),
     }
+
+
+def _halving(h: Any) -> str:
+    from rayjobs.contract.halving import Halving
+
+    return Halving(str(h.metric), tuple(int(r) for r in h.rungs), str(h.mode), float(h.keep)).to_json()
 
 
 def _os_user() -> str:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Optional
+from typing import Any, Optional
+
+from rayjobs.contract.metrics import merge_attempts, read_jsonl  # noqa: F401  (the file format: the contract's)
 
 
 def jsonl_files(run_dir: Optional[str]) -> list[Path]:
@@ -23,38 +25,6 @@ def jsonl_files(run_dir: Optional[str]) -> list[Path]:
     except OSError:
         return []
     return sorted(files, key=lambda p: int(p.name.split(".")[1]))
-
-
-def read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, float]]]:
-    """(step, data) per line of verl's file logger; torn or foreign lines are skipped."""
-    try:
-        f = path.open("rb")
-    except OSError:
-        return
-    with f:
-        for raw in f:
-            try:
-                rec = json.loads(raw)
-                step = int(rec["step"])
-                data = {str(k): float(v) for k, v in rec.get("data", {}).items()
-                        if isinstance(v, (int, float)) and not isinstance(v, bool)}
-            except (ValueError, KeyError, TypeError, AttributeError):
-                continue
-            yield step, data
-
-
-def merge_attempts(attempts: Iterable[Iterable[tuple[int, dict[str, float]]]]) -> dict[int, dict[str, float]]:
-    """One history from several attempts: a resumed attempt's steps replace the earlier ones."""
-    out: dict[int, dict[str, float]] = {}
-    for records in attempts:
-        first = True
-        for step, data in records:
-            if first:  # an attempt resumed at step s invalidates what the older ones logged after s
-                for s in [s for s in out if s > step]:
-                    del out[s]
-                first = False
-            out.setdefault(step, {}).update(data)
-    return dict(sorted(out.items()))
 
 
 def last_jsonl_record(path: Path, window: int = 1 << 16) -> Optional[tuple[int, dict[str, float]]]:

@@ -1,0 +1,116 @@
+"""Successive halving, pure: the promotion rule (rayjobs.oncluster.halving) and the queue's rule that
+applies it (scheduler.halve_at_rungs) on hand-built states; the keys' checks at submit."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from schedfakes import NOW, cluster, node, running, state  # noqa: E402
+
+from rayjobs.contract.halving import Halving  # noqa: E402
+from rayjobs.oncluster.halving import judge, rungs_due, value_at  # noqa: E402
+from rayjobs.oncluster.scheduler import Policy, Rung, decide  # noqa: E402
+
+H = Halving("score", (2, 4), "max", 1 / 3)
+
+
+def test_the_first_point_at_a_rung_goes_on_and_a_later_one_is_ranked_on_those_before_it() -> None:
+    assert judge(H, 2, 0.5, []).goes_on  # alone at the rung: rank 1 of 1
+    v = judge(H, 2, 0.4, [0.5, 0.6])
+    assert (v.rank, v.of, v.goes_on) == (3, 3, False) and v.text() == "halved at step 2: 0.4, rank 3 of 3"
+    assert judge(H, 2, 0.7, [0.5, 0.6]).goes_on  # the best so far
+    # top ceil(keep * n): of 4 points at the rung, the best 2 go on
+    assert [judge(H, 2, x, [0.1, 0.2, 0.3]).goes_on for x in (0.35, 0.25, 0.15)] == [True, True, False]
+
+
+def test_ties_rank_alike_and_min_mode_prefers_lower() -> None:
+    tie = judge(H, 2, 0.5, [0.5, 0.5])
+    assert tie.rank == 1 and tie.goes_on
+    low = Halving("loss", (2,), "min", 0.5)
+    assert judge(low, 2, 0.1, [0.3, 0.2]).goes_on and not judge(low, 2, 0.4, [0.3, 0.2, 0.1]).goes_on
+
+
+def test_the_value_at_a_rung_is_the_last_logged_at_or_before_it_once_the_run_is_past_it() -> None:
+    hist = {1: {"score": 0.1}, 2: {"x": 1.0}, 3: {"score": 0.3}}
+    assert value_at(hist, "score", 2) == (True, 0.1)  # step 2 logged no score: the last before it
+    assert value_at(hist, "score", 4) == (False, None)  # not there yet
+    assert value_at(hist, "nope", 2) == (True, None)  # reached, the metric never logged
+    assert rungs_due(H, {1: {"score": 0.1}, 4: {"score": 0.4}}, judged=[]) == [(2, 0.1), (4, 0.4)]
+    assert rungs_due(H, {4: {"score": 0.4}}, judged=[2]) == [(4, 0.4)]
+    assert judge(H, 2, None, [0.9]).goes_on  # a metric it does not log cannot halve it
+
+
+def _point(job_id: str, history: dict, **kw):
+    entry = running(job_id, [1], sweep="s", halving=H.to_json(), **kw)
+    return entry, job_id, history
+
+
+def _state(*points):
+    st = state(*(e for e, _, _ in points))
+    for _, job_id, hist in points:
+        st.running[job_id].history = hist
+    return st
+
+
+def test_the_queue_halves_a_point_below_the_top_third_and_judges_each_rung_once() -> None:
+    st = _state(_point("s-0", {2: {"score": 0.9}}), _point("s-1", {2: {"score": 0.5}}), _point("s-2", {2: {"score": 0.1}}))
+    d = decide(st, cluster(node("n0", 4)), Policy(), NOW)
+    got = {a.id: (a.verdict.rank, a.verdict.of, a.verdict.goes_on) for a in d.of(Rung)}
+    # judged in id order, each against the points before it in this pass: s-0 alone goes on; of 2 and
+    # of 3, only the top ceil(n / 3) = 1 does
+    assert got == {"s-0": (1, 1, True), "s-1": (2, 2, False), "s-2": (3, 3, False)}
+    for r in st.running.values():  # what the service records: the rung is judged, not again
+        r.rec = r.rec.with_(rungs={"2": r.history[2]["score"]})
+        st.reached("s", 2, r.id, r.history[2]["score"])
+    assert not decide(st, cluster(node("n0", 4)), Policy(), NOW).of(Rung)
+
+
+def test_a_point_that_failed_before_a_rung_is_not_counted_and_a_resumed_or_stopped_one_not_judged() -> None:
+    st = _state(_point("s-0", {2: {"score": 0.9}}), _point("s-1", {2: {"score": 0.1}}, stop_asked=True))
+    st.done["s-2"] = "FAILED"  # failed at step 1: never at the rung, not in the ladder
+    d = decide(st, cluster(node("n0", 4)), Policy(), NOW)
+    assert [a.id for a in d.of(Rung)] == ["s-0"] and d.of(Rung)[0].verdict.of == 1
+    resumed = running("s-3-r1", [1], sweep="s", halving=H.to_json(), resumed_from="s-3")
+    st2 = state(resumed)
+    st2.running["s-3-r1"].history = {2: {"score": 0.0}}
+    st2.reached("s", 2, "s-0", 0.9)
+    st2.reached("s", 2, "s-1", 0.8)
+    assert not decide(st2, cluster(node("n0", 4)), Policy(), NOW).of(Rung)  # its user chose to go on
+
+
+def test_a_sweep_without_halving_is_never_judged() -> None:
+    st = state(running("s-0", [1], sweep="s"))
+    st.running["s-0"].history = {10: {"score": 0.0}}
+    assert not decide(st, cluster(node("n0", 4)), Policy(), NOW).of(Rung)
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["rayjobs.halving.rungs=[2,4]"], "rayjobs.halving.metric is not"),
+    (["rayjobs.halving.metric=score", "rayjobs.halving.rungs=[4,2]"], "increasing and positive"),
+    (["rayjobs.halving.metric=score"], "rayjobs.halving.rungs=[]"),
+    (["rayjobs.halving.metric=score", "rayjobs.halving.rungs=[2]", "rayjobs.halving.keep=1.5"], "between 0 and 1"),
+    (["rayjobs.halving.metric=score", "rayjobs.halving.rungs=[2]", "rayjobs.halving.mode=best"], "max (higher is better) or min"),
+    (["rayjobs.halving.metric=score", "rayjobs.halving.rungs=[two]"], "rayjobs.halving.rungs"),
+])
+def test_bad_halving_keys_are_one_line(args, needle, tmp_path) -> None:
+    from conftest import rayjobs_submit
+
+    r = rayjobs_submit("+exp=ppo_gsm8k_qwen05b", "trainer.logger=[console]", "rayjobs.dry_run=true", *args, cwd=tmp_path)
+    errors = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+    assert r.returncode == 2 and len(errors) == 1 and needle in errors[0], r.stderr
+
+
+def test_halving_keys_travel_in_the_metadata(tmp_path) -> None:
+    import json
+
+    from conftest import rayjobs_submit
+
+    r = rayjobs_submit("+exp=ppo_gsm8k_qwen05b", "trainer.logger=[console]", "rayjobs.dry_run=true", "rayjobs.preflight=false",
+                       "rayjobs.halving.metric=critic/score/mean", "rayjobs.halving.rungs=[2,4]", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    meta = json.loads(r.stdout)["submit_job"]["metadata"]
+    assert Halving.from_json(meta["halving"]) == Halving("critic/score/mean", (2, 4), "max", 0.333)
