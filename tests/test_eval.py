@@ -10,15 +10,12 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import job_list, rayjobs_cli, rayjobs_submit, wait_terminal, wait_until
-from test_queue_cluster import FakeGpuCluster
+from conftest import FakeGpuCluster, cli_on, job_list, log_of, submit_on, view, wait_done, wait_until
 from test_rerun import EDITED, edit_the_code
-from test_teamqueue import row
 
 from rayjobs.views import jobrows
 
@@ -27,22 +24,15 @@ OFFSETS = (0.0, 0.3)
 STEPS = 5
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Any:
-    root = Path(tempfile.mkdtemp(prefix="rje", dir="/tmp"))
-    c = FakeGpuCluster(root, nodes=((2, 6),)).start()
-    yield c
-    c.stop()
-    shutil.rmtree(root, ignore_errors=True)
-
-
-def storage(c: FakeGpuCluster) -> Path:
-    return c.root / "storage"
+@pytest.fixture
+def cluster(one_node: FakeGpuCluster) -> FakeGpuCluster:
+    """The session's shared 1-node cluster (2 fake GPUs, 6 CPUs)."""
+    return one_node
 
 
 def submit(c: FakeGpuCluster, *args: str, cwd: Any = None) -> Any:
-    return rayjobs_submit(*args, f"rayjobs.address={c.address}", cwd=cwd, env={"RAYJOBS_STORAGE": str(storage(c))},
-                          timeout=300)
+    """``python -m rayjobs.submit ARGS`` against ``c``, the runs and checkpoints on its storage root."""
+    return submit_on(c, *args, cwd=cwd, env={"RAYJOBS_STORAGE": str(c.storage)}, timeout=300)
 
 
 def ids_of(r: Any) -> list[str]:
@@ -52,9 +42,25 @@ def ids_of(r: Any) -> list[str]:
 
 def log(c: FakeGpuCluster, sid: str) -> str:
     try:
-        return c.client().get_job_logs(sid)
-    except Exception:  # noqa: BLE001  (not in Ray: the queue never started it)
+        return log_of(c, sid)
+    except Exception:  # noqa: BLE001  (no log: the queue never started it)
         return ""
+
+
+def row(c: FakeGpuCluster, sid: str) -> dict[str, Any]:
+    """What ``rayjobs status --json`` says of the job (the queue's word, no progress)."""
+    from rayjobs.api import Job
+
+    return Job(sid, dashboard=c.dashboard()).row(progress=False)
+
+
+def records(c: FakeGpuCluster) -> Path:
+    """The queue's job records (its durable store on the cluster's storage root)."""
+    return c.storage / "queue" / "default" / "jobs"
+
+
+def queue_ids(c: FakeGpuCluster) -> set[str]:
+    return {v["submission_id"] for v in c.queue().jobs()}
 
 
 def val_logged(run_dir: str) -> dict[int, float]:
@@ -81,7 +87,8 @@ def test_each_point_gets_its_last_checkpoint_evaluated_after_it_succeeded(cluste
     assert dry.returncode == 0, dry.stderr[-3000:]
     docs = json.loads(dry.stdout)
     assert [d["eval_of"] for d in docs] == points and "nothing queued" in dry.stderr, dry.stderr
-    assert not {d["submit_job"]["submission_id"] for d in docs} & set(job_list(cluster.client()))
+    would = {d["submit_job"]["submission_id"] for d in docs}
+    assert not would & set(job_list(cluster.client())) and not would & queue_ids(cluster)  # nothing queued
 
     sent = submit(cluster, "+exp=eval_checkpoint", f"rayjobs.after={sweep}", f"data.val_files={heldout}")
     print(sent.stdout + sent.stderr)
@@ -92,18 +99,18 @@ def test_each_point_gets_its_last_checkpoint_evaluated_after_it_succeeded(cluste
                           f"{e} to wait for {p}")
         assert held["status"] == "QUEUED" and held["after"] == [p], held
         assert jobrows.status_text(held).endswith(f"(after {p})"), jobrows.status_text(held)
-    queue = cluster.root / "storage" / "queue" / "default" / "jobs"
+    queue = records(cluster)
     recs = {i: json.loads((queue / f"{i}.json").read_text()) for i in points + evals}
     assert {recs[e]["code"] for e in evals} == {recs[p]["code"] for p in points}  # the points' own snapshot
 
     gate.write_text("go")
     for p in points:
-        assert wait_terminal(cluster.client(), p, timeout=240) == "SUCCEEDED", log(cluster, p)[-2000:]
+        assert wait_done(cluster, p, timeout=240) == "SUCCEEDED", log(cluster, p)[-2000:]
     for e in evals:
-        assert wait_terminal(cluster.client(), e, timeout=240) == "SUCCEEDED", log(cluster, e)[-3000:]
-    pmeta = {p: cluster.client().get_job_info(p).metadata for p in points}
+        assert wait_done(cluster, e, timeout=240) == "SUCCEEDED", log(cluster, e)[-3000:]
+    pmeta = {p: view(cluster, p)["metadata"] for p in points}
     for e, p, off in zip(evals, points, OFFSETS):
-        m, text = cluster.client().get_job_info(e).metadata, log(cluster, e)
+        m, text = view(cluster, e)["metadata"], log(cluster, e)
         ckpt = pmeta[p]["checkpoint_dir"]
         last = int((Path(ckpt) / "latest_checkpointed_iteration.txt").read_text())
         assert last == STEPS  # saves at 2, 4 and the last step
@@ -111,23 +118,23 @@ def test_each_point_gets_its_last_checkpoint_evaluated_after_it_succeeded(cluste
         assert EDITED not in text, text[-2000:]
         assert (m["eval_of"], m["code_of"], json.loads(m["after"])) == (p, p, [p])
         assert m["run"].startswith(f"{pmeta[p]['run']}-eval-") and m["checkpoint_dir"] != ckpt
-        ep = cluster.client().get_job_info(e).entrypoint
+        ep = cluster.client().get_job_info(e).entrypoint  # what Ray ran
         for key in ("trainer.val_only=true", "trainer.val_before_train=true", "trainer.resume_mode=resume_path",
                     f"trainer.resume_from_path={ckpt}/global_step_latest", f"data.val_files={heldout}",
                     f"+fake.score_offset={off}"):
             assert key in ep, (key, ep)
         assert val_logged(m["run_dir"]) == {last: pytest.approx(0.1 + 0.8 * last / STEPS + off)}
         # nothing of the evaluation in the point's checkpoint dir: every file is older than the point's end
-        end_ns = cluster.client().get_job_info(p).end_time * 1_000_000
+        end_ns = view(cluster, p)["end_time"] * 1_000_000
         assert all(t <= end_ns for t in files(ckpt).values()), files(ckpt)
         assert not Path(m["checkpoint_dir"]).exists() or not list(Path(m["checkpoint_dir"]).iterdir())
 
-    rows = json.loads(rayjobs_cli("compare", "--sweep", sweep, "--json", "--address", cluster.address).stdout)
+    rows = json.loads(cli_on(cluster, "compare", "--sweep", sweep, "--json").stdout)
     assert [r["id"] for r in rows] == points
     for r, e, off in zip(rows, evals, OFFSETS):
         assert r["eval"] == {"id": e, "status": "SUCCEEDED", "metric": VAL,
                              "value": pytest.approx(0.1 + 0.8 + off), "step": STEPS}, r["eval"]
-    table = rayjobs_cli("compare", "--sweep", sweep, "--address", cluster.address)
+    table = cli_on(cluster, "compare", "--sweep", sweep)
     print(table.stdout + table.stderr)
     assert "EVAL" in table.stdout.splitlines()[0] and "1.2" in table.stdout, table.stdout
 
@@ -137,12 +144,13 @@ def test_a_failed_point_fails_its_evaluation_which_never_starts(cluster, workdir
                            "trainer.save_freq=1", "+fake.fail_at=0,2"))
     sweep = points[0].rsplit("-", 1)[0]
     ok_eval, bad_eval = ids_of(submit(cluster, "+exp=eval_checkpoint", f"rayjobs.after={sweep}"))
-    assert wait_terminal(cluster.client(), points[1], timeout=240) == "FAILED"
+    assert wait_done(cluster, points[1], timeout=240) == "FAILED"
     got = wait_until(lambda: (lambda r: r if r["status"] == "FAILED" else None)(row(cluster, bad_eval)), 90,
                      "the evaluation of the failed point to fail")
     assert got["cause"] == f"dependency failed: {points[1]} FAILED", got
     assert bad_eval not in {j.submission_id for j in cluster.client().list_jobs()}  # never reached Ray
-    assert wait_terminal(cluster.client(), ok_eval, timeout=240) == "SUCCEEDED", log(cluster, ok_eval)[-3000:]
+    assert view(cluster, bad_eval)["status"] == "FAILED" and not view(cluster, bad_eval)["in_ray"]
+    assert wait_done(cluster, ok_eval, timeout=240) == "SUCCEEDED", log(cluster, ok_eval)[-3000:]
     assert "global_step_latest is step 3" in log(cluster, ok_eval)
 
 
@@ -152,14 +160,14 @@ def test_bad_input_is_one_line_exit_2_and_queues_nothing(cluster, workdir, tmp_p
     norecord = ids_of(submit(cluster, "+exp=fake_ppo", "+fake.steps=1", "trainer.save_freq=1"))[0]
     evaluation = ids_of(submit(cluster, "+exp=eval_checkpoint", f"rayjobs.after={trained}"))[0]
     for sid in (trained, nosave, norecord, evaluation):
-        assert wait_terminal(cluster.client(), sid, timeout=240) == "SUCCEEDED", log(cluster, sid)[-2000:]
+        assert wait_done(cluster, sid, timeout=240) == "SUCCEEDED", log(cluster, sid)[-2000:]
     # no local record of its config, and its preset (./conf/exp/fake_ppo.yaml) is not visible from elsewhere
     shutil.rmtree(Path(rayjobs_home()) / "runs" / norecord)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
 
-    queue = cluster.root / "storage" / "queue" / "default" / "jobs"
-    before_ray, before_queue = set(job_list(cluster.client())), {p.name for p in queue.iterdir()}
+    queue = records(cluster)
+    before_ray, before_queue, before_files = set(job_list(cluster.client())), queue_ids(cluster), {p.name for p in queue.iterdir()}
     cases = [
         ((), None, "name them with rayjobs.after="),
         (("rayjobs.after=no-such-sweep-xyz",), None, "rayjobs.after=no-such-sweep-xyz: names no job or sweep"),
@@ -182,7 +190,8 @@ def test_bad_input_is_one_line_exit_2_and_queues_nothing(cluster, workdir, tmp_p
     planned = rayjobs.evaluate_checkpoints(trained, address=cluster.address, dry_run=True)
     assert [j.job_id.rsplit("-", 1)[0] for j in planned] == [f"{trained}-eval"]
     assert set(job_list(cluster.client())) == before_ray
-    assert {p.name for p in queue.iterdir()} == before_queue
+    assert queue_ids(cluster) == before_queue
+    assert {p.name for p in queue.iterdir()} == before_files
 
 
 def rayjobs_home() -> str:

@@ -114,3 +114,39 @@ def test_halving_keys_travel_in_the_metadata(tmp_path) -> None:
     assert r.returncode == 0, r.stderr
     meta = json.loads(r.stdout)["submit_job"]["metadata"]
     assert Halving.from_json(meta["halving"]) == Halving("critic/score/mean", (2, 4), "max", 0.333)
+
+
+# --------------------------------------------------------------------------- on a real cluster
+def test_a_halved_sweep_stops_the_bottom_points_at_a_checkpoint_and_the_best_succeeds(one_node, workdir) -> None:
+    """6 points on 2 fake GPUs, 1 GPU each: at step 4 a point goes on only in the top half of those
+    there before it; the others stop at their next checkpoint and the waiting points take their GPUs."""
+    from conftest import cli_on, submit_ids, view, wait_done
+
+    offsets = [0.5, 0.0, 0.4, 0.1, 0.3, 0.2]
+    ids = submit_ids(one_node, "-m", "+exp=fake_ppo", "+fake.hold_gpus=true", "+fake.steps=12", "+fake.step_s=0.5",
+                     "trainer.save_freq=2", f"+fake.score_offset={','.join(map(str, offsets))}",
+                     "rayjobs.halving.metric=critic/score/mean", "rayjobs.halving.rungs=[4]", "rayjobs.halving.keep=0.5",
+                     cwd=workdir)
+    assert len(ids) == 6
+    status = {i: wait_done(one_node, i, timeout=300) for i in ids}
+    views = {i: view(one_node, i) for i in ids}
+    best = ids[offsets.index(max(offsets))]
+    assert status[best] == "SUCCEEDED", views[best]
+    halved = [i for i in ids if views[i].get("halved")]
+    assert halved and all(status[i] == "STOPPED" for i in halved), status
+    assert set(ids) == set(halved) | {i for i in ids if status[i] == "SUCCEEDED"}, status  # nothing else happened
+    for i in halved:
+        h = views[i]["halved"]
+        assert h["rung"] == 4 and h["rank"] > -(-h["of"] // 2) and h["text"].startswith("halved at step 4: "), h
+        assert views[i]["checkpoint_step"] is not None and views[i]["checkpoint_step"] >= 4  # stopped at a checkpoint
+        assert views[i]["rungs"] == {"4": h["value"]}
+    for i in ids:  # every point reached the rung (the waiting ones started in the halved ones' place)
+        assert "4" in views[i]["rungs"], views[i]
+    row = cli_on(one_node, "status", halved[0])
+    assert f"STOPPED ({views[halved[0]]['halved']['text']})" in row.stdout, row.stdout
+    # A halved point keeps its checkpoint: resumed, it goes on to the end and is not halved again.
+    r = cli_on(one_node, "resume", halved[0])
+    assert r.returncode == 0, r.stderr
+    new = r.stdout.split()[-1]
+    assert wait_done(one_node, new, timeout=180) == "SUCCEEDED", view(one_node, new)
+    assert not view(one_node, new).get("halved")

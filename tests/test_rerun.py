@@ -8,42 +8,35 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import job_list, rayjobs_cli, rayjobs_submit, wait_terminal
-from test_queue_cluster import FakeGpuCluster
+from conftest import FakeGpuCluster, cli_json, cli_on, job_list, log_of, send_on, view, wait_done
 
-ONE = ("+exp=fake_ppo", "trainer.nnodes=1", "trainer.n_gpus_per_node=1", "+fake.hold_gpus=true",
-       "trainer.save_freq=-1", "+fake.steps=3")
+ONE = ("trainer.nnodes=1", "trainer.n_gpus_per_node=1", "+fake.hold_gpus=true", "trainer.save_freq=-1", "+fake.steps=3")
 EDITED = "[test] the edited fake_verl ran"
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Any:
-    root = Path(tempfile.mkdtemp(prefix="rjr", dir="/tmp"))
-    c = FakeGpuCluster(root, nodes=((2, 6),)).start()
-    yield c
-    c.stop()
-    shutil.rmtree(root, ignore_errors=True)
+@pytest.fixture
+def cluster(one_node: FakeGpuCluster) -> FakeGpuCluster:
+    """The session's shared 1-node cluster (2 fake GPUs, 6 CPUs)."""
+    return one_node
 
 
-def submit(c: FakeGpuCluster, *args: str) -> str:
-    r = rayjobs_submit(*ONE, *args, f"rayjobs.address={c.address}", timeout=300)
-    assert r.returncode == 0, r.stderr
-    return r.stdout.split()[0]
+def submit(c: FakeGpuCluster, *overrides: str) -> str:
+    """A short 1-GPU job of the verl stand-in, sent in this process (the code of the current dir)."""
+    return send_on(c, *ONE, *overrides)
 
 
 def rerun(c: FakeGpuCluster, *args: str) -> Any:
-    return rayjobs_cli("rerun", *args, "--address", c.address, timeout=300)
+    return cli_on(c, "rerun", *args, timeout=300)
 
 
 def log(c: FakeGpuCluster, sid: str) -> str:
     try:
-        return c.client().get_job_logs(sid)
-    except Exception:
+        return log_of(c, sid)
+    except Exception:  # noqa: BLE001  (no log: it never started)
         return ""
 
 
@@ -52,7 +45,13 @@ def steps(text: str) -> list[int]:
 
 
 def store(c: FakeGpuCluster) -> Path:
-    return c.root / "storage" / "queue" / "default"
+    """The queue's durable store on the cluster's storage root."""
+    return c.storage / "queue" / "default"
+
+
+def queue_ids(c: FakeGpuCluster) -> set[str]:
+    """Every job the queue holds a record of (its API)."""
+    return {v["submission_id"] for v in c.queue().jobs()}
 
 
 def edit_the_code(workdir: Path) -> None:
@@ -65,43 +64,45 @@ def edit_the_code(workdir: Path) -> None:
 
 def test_rerun_runs_the_old_code_with_the_overrides_under_a_new_id(cluster, workdir):
     sid = submit(cluster)
-    assert wait_terminal(cluster.client(), sid, timeout=180) == "SUCCEEDED", log(cluster, sid)[-2000:]
+    assert wait_done(cluster, sid) == "SUCCEEDED", log(cluster, sid)[-2000:]
     assert max(steps(log(cluster, sid))) == 3
     edit_the_code(workdir)
     fresh = submit(cluster)  # the edit takes effect for a new submit: the test below can fail
-    assert wait_terminal(cluster.client(), fresh, timeout=180) == "FAILED" and EDITED in log(cluster, fresh)
+    assert wait_done(cluster, fresh) == "FAILED" and EDITED in log(cluster, fresh)
 
     dry = rerun(cluster, sid, "fake.steps=6", "+fake.score_offset=0.5", "--dry-run")
     assert dry.returncode == 0, dry.stderr
     doc = json.loads(dry.stdout)
     assert doc["rerun_of"] == sid and doc["submit_job"]["metadata"]["rerun_of"] == sid
     assert "fake.steps=6" in doc["submit_job"]["entrypoint"] and "+fake.score_offset=0.5" in doc["submit_job"]["entrypoint"]
-    assert doc["submit_job"]["submission_id"] not in job_list(cluster.client())  # a dry run queues nothing
+    would = doc["submit_job"]["submission_id"]
+    assert would not in job_list(cluster.client()) and would not in queue_ids(cluster)  # a dry run queues nothing
 
     r = rerun(cluster, sid, "fake.steps=6", "+fake.score_offset=0.5")
     assert r.returncode == 0, r.stderr
     new = r.stdout.strip()
     assert new and new != sid and "\n" not in new and f"reruns {sid}" in r.stderr, (r.stdout, r.stderr)
-    assert wait_terminal(cluster.client(), new, timeout=180) == "SUCCEEDED", log(cluster, new)[-2000:]
+    assert wait_done(cluster, new) == "SUCCEEDED", log(cluster, new)[-2000:]
     text = log(cluster, new)
     assert EDITED not in text, text[-2000:]  # the old job's code snapshot ran, not the edited dir
     assert max(steps(text)) == 6 and "critic/score/mean:np.float64(1.4" in text, text[-2000:]  # 0.1+0.8+0.5
-    meta = cluster.client().get_job_info(new).metadata
-    assert meta["rerun_of"] == sid and meta["run"] == new and meta["run"] != cluster.client().get_job_info(sid).metadata["run"]
+    meta = view(cluster, new)["metadata"]
+    assert meta["rerun_of"] == sid and meta["run"] == new and meta["run"] != view(cluster, sid)["metadata"]["run"]
+    assert cluster.client().get_job_info(new).metadata["rerun_of"] == sid  # what Ray ran
 
     # a rerun of the rerun: its own local record is the base (steps=6 and the offset stay)
     r2 = rerun(cluster, new, "fake.steps=4", "--dry-run")
     assert r2.returncode == 0, r2.stderr
     ep = json.loads(r2.stdout)["submit_job"]["entrypoint"]
     assert "fake.steps=4" in ep and "+fake.score_offset=0.5" in ep and "fake.steps=6" not in ep, ep
-    st = rayjobs_cli("status", new, "--json", "--address", cluster.address)
-    assert st.returncode == 0 and json.loads(st.stdout).get("rerun_of") == sid, st.stdout
+    assert cli_json(cluster, "status", new).get("rerun_of") == sid
 
 
 def test_rerun_refuses_bad_input_with_one_line_and_queues_nothing(cluster, workdir):
     sid = submit(cluster)
-    assert wait_terminal(cluster.client(), sid, timeout=180) == "SUCCEEDED", log(cluster, sid)[-2000:]
-    before_ray, before_queue = set(job_list(cluster.client())), set(p.name for p in (store(cluster) / "jobs").iterdir())
+    assert wait_done(cluster, sid) == "SUCCEEDED", log(cluster, sid)[-2000:]
+    before_ray, before_queue = set(job_list(cluster.client())), queue_ids(cluster)
+    before_files = {p.name for p in (store(cluster) / "jobs").iterdir()}
     cases = [
         (("no-such-job-xyz",), "no job matches 'no-such-job-xyz'"),
         ((sid, "trainer.no_such_key=1"), "unknown config key 'trainer.no_such_key'"),
@@ -123,6 +124,7 @@ def test_rerun_refuses_bad_input_with_one_line_and_queues_nothing(cluster, workd
     assert r.returncode == 2 and len(errors) == 1 and f"the code snapshot of {sid} is gone" in errors[0], r.stderr
     assert not r.stdout, r.stdout
 
-    # nothing reached Ray (rayjobs' own request jobs aside) or the queue's store
+    # nothing reached Ray (rayjobs' own small jobs aside) or the queue (its API, its store)
     assert set(job_list(cluster.client())) == before_ray
-    assert set(p.name for p in (store(cluster) / "jobs").iterdir()) == before_queue
+    assert queue_ids(cluster) == before_queue
+    assert {p.name for p in (store(cluster) / "jobs").iterdir()} == before_files

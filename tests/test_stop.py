@@ -5,44 +5,38 @@ with one line before anything is stopped. The checkpoint watch of the runner on 
 
 from __future__ import annotations
 
+import json
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
-import json
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import rayjobs_cli, rayjobs_submit, wait_terminal, wait_until
-from test_queue_cluster import FakeGpuCluster
+from conftest import FakeGpuCluster, cli_json, cli_on, log_of, send_on, view, wait_done, wait_until
 
 from rayjobs.oncluster import checkpointwatch
 
-ONE = ("+exp=fake_ppo", "trainer.nnodes=1", "trainer.n_gpus_per_node=1", "+fake.hold_gpus=true")
+ONE = ("trainer.nnodes=1", "trainer.n_gpus_per_node=1", "+fake.hold_gpus=true")
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Any:
-    root = Path(tempfile.mkdtemp(prefix="rjs", dir="/tmp"))
-    c = FakeGpuCluster(root, nodes=((2, 6),)).start()
-    yield c
-    c.stop()
-    shutil.rmtree(root, ignore_errors=True)
+@pytest.fixture
+def cluster(one_node: FakeGpuCluster) -> FakeGpuCluster:
+    """The session's shared 1-node cluster (2 fake GPUs, 6 CPUs)."""
+    return one_node
 
 
-def submit(c: FakeGpuCluster, *args: str) -> str:
-    r = rayjobs_submit(*ONE, *args, f"rayjobs.address={c.address}", timeout=300)
-    assert r.returncode == 0, r.stderr
-    return r.stdout.split()[0]
+def submit(c: FakeGpuCluster, *overrides: str) -> str:
+    """One 1-GPU job of the verl stand-in (holding its GPU as verl does), sent in this process."""
+    return send_on(c, *ONE, *overrides)
 
 
 def log(c: FakeGpuCluster, sid: str) -> str:
+    """Its log so far ("" while the queue holds it: no log yet)."""
     try:
-        return c.client().get_job_logs(sid)
-    except Exception:
+        return log_of(c, sid)
+    except Exception:  # noqa: BLE001  (not started yet)
         return ""
 
 
@@ -55,7 +49,11 @@ def saved(text: str) -> list[int]:
 
 
 def stop(c: FakeGpuCluster, *args: str) -> Any:
-    return rayjobs_cli("stop", *args, "--address", c.address, timeout=300)
+    return cli_on(c, "stop", *args, timeout=300)
+
+
+def ray_status(c: FakeGpuCluster, sid: str) -> str:
+    return str(c.client().get_job_status(sid))
 
 
 def test_stop_says_how_many_steps_a_resume_redoes(cluster, workdir):
@@ -109,14 +107,16 @@ def test_stop_refuses_bad_input_with_one_line_and_stops_nothing(cluster, workdir
         assert r.returncode == 2 and says in r.stderr and len(r.stderr.strip().splitlines()) == 1, (args, r.stderr)
         assert not r.stdout
     plain = cluster.client().submit_job(entrypoint="python3 -c 'import time; time.sleep(300)'")
-    wait_until(lambda: str(cluster.client().get_job_status(plain)) == "RUNNING", 60, "a plain Ray job to run")
+    wait_until(lambda: ray_status(cluster, plain) == "RUNNING", 60, "a plain Ray job to run")
     r = stop(cluster, plain, "--at-checkpoint")
     assert r.returncode == 2 and "has no checkpoint dir rayjobs knows" in r.stderr, r.stderr
-    assert str(cluster.client().get_job_status(sid)) == "RUNNING"  # nothing was stopped
-    assert str(cluster.client().get_job_status(plain)) == "RUNNING"
+    assert view(cluster, sid)["status"] == "RUNNING" and ray_status(cluster, sid) == "RUNNING"  # nothing was stopped
+    assert ray_status(cluster, plain) == "RUNNING"
     for i in (sid, plain):
-        stop(cluster, i)
-        assert wait_terminal(cluster.client(), i) == "STOPPED"
+        r = stop(cluster, i)
+        assert r.returncode == 0 and r.stdout.strip() == f"{i} STOPPED", (i, r.stdout, r.stderr)
+    assert wait_done(cluster, sid) == "STOPPED"
+    wait_until(lambda: ray_status(cluster, plain) == "STOPPED", 60, "the plain Ray job to be stopped")
 
 
 def test_resume_continues_a_stopped_job_from_its_checkpoint(cluster, workdir):
@@ -127,29 +127,69 @@ def test_resume_continues_a_stopped_job_from_its_checkpoint(cluster, workdir):
     at = int(re.search(r"stopping at checkpoint: checkpoint step (\d+) saved", log(cluster, sid)).group(1))
     assert at < 40, at  # stopped before its end: there is something to resume
 
-    r = rayjobs_cli("resume", sid, "--address", cluster.address, timeout=300)
+    assert view(cluster, sid)["status"] == "STOPPED" and view(cluster, sid)["checkpoint_step"] == at
+
+    r = cli_on(cluster, "resume", sid, timeout=300)
     assert r.returncode == 0, r.stderr
     new = r.stdout.strip()
     assert new == f"{sid}-r1" and f"from its checkpoint at step {at}" in r.stderr, (r.stdout, r.stderr)
-    assert wait_terminal(cluster.client(), new, timeout=180) == "SUCCEEDED", log(cluster, new)[-2000:]
+    assert wait_done(cluster, new) == "SUCCEEDED", log(cluster, new)[-2000:]
     text = log(cluster, new)
     assert "Resuming from" in text and f"global_step_{at}" in text and "attempt 2 of run" in text, text[-2000:]
     assert steps(text) and steps(text)[0] == at + 1 and max(steps(text)) == 40, text[-3000:]  # from the step after the checkpoint on
-    st = rayjobs_cli("status", new, "--json", "--address", cluster.address)
-    assert '"resumed_from": "' + sid + '"' in st.stdout, st.stdout
+    st = cli_on(cluster, "status", new, "--json")
+    assert st.returncode == 0 and json.loads(st.stdout).get("resumed_from") == sid, st.stdout
 
     # bad input: one line, exit 2, nothing queued
     for job, says in [(new, "SUCCEEDED: nothing to resume"), ("no-such-job-xyz", "no job")]:
-        r = rayjobs_cli("resume", job, "--address", cluster.address)
+        r = cli_on(cluster, "resume", job)
         assert r.returncode == 2 and says in r.stderr and len(r.stderr.strip().splitlines()) == 1, (job, r.stderr)
     bare = submit(cluster, "trainer.save_freq=-1", "+fake.steps=400", "+fake.step_s=0.4")
     wait_until(lambda: steps(log(cluster, bare)), 120, "the first steps")
-    r = rayjobs_cli("resume", bare, "--address", cluster.address)
+    r = cli_on(cluster, "resume", bare)
     assert r.returncode == 2 and "only a stopped or failed job can be resumed" in r.stderr, r.stderr
-    stop(cluster, bare)
-    r = rayjobs_cli("resume", bare, "--address", cluster.address)
+    assert stop(cluster, bare).returncode == 0 and wait_done(cluster, bare) == "STOPPED"
+    r = cli_on(cluster, "resume", bare)
     assert r.returncode == 2 and "saved no checkpoint to resume from" in r.stderr, r.stderr
+    # nothing queued: neither the queue nor Ray has a resume of it
+    assert not [v for v in cluster.queue().jobs() if v["submission_id"].startswith(bare + "-r")]
     assert not [j for j in cluster.client().list_jobs() if (j.submission_id or "").startswith(bare + "-r")]
+
+
+def test_a_resume_leaves_the_stopped_jobs_own_row_as_it_was(cluster, workdir):
+    # The resume runs the same run (its run dir, its metrics.<attempt>.jsonl files): the stopped
+    # job's row must stay its own (attempt 1, the step it stopped at, its score), not take on the
+    # resumed job's attempt 2, final step and score, in `rayjobs list --json` and `status --json`.
+    total = 30
+    sid = submit(cluster, "trainer.save_freq=3", f"+fake.steps={total}", "+fake.step_s=0.6")
+    wait_until(lambda: saved(log(cluster, sid)), 120, "a first checkpoint")
+    r = stop(cluster, sid, "--at-checkpoint", "--wait", "60")
+    assert r.returncode == 0 and r.stdout.strip() == f"{sid} STOPPED", (r.stdout, r.stderr)
+    at = max(steps(log(cluster, sid)))
+    assert at < total, at
+
+    def own(row: dict[str, Any]) -> tuple[Any, ...]:
+        return row["status"], row["attempt"], row["step"], row["score"], row["checkpoint_step"]
+
+    before = cli_json(cluster, "status", sid)
+    assert before["status"] == "STOPPED" and before["attempt"] == 1 and before["step"] == at, before
+    assert before["score"] == pytest.approx(0.1 + 0.8 * at / total) and before["checkpoint_step"] is not None, before
+
+    r = cli_on(cluster, "resume", sid, timeout=300)
+    assert r.returncode == 0, r.stderr
+    new = r.stdout.strip()
+    assert wait_done(cluster, new) == "SUCCEEDED", log(cluster, new)[-2000:]
+    run_dir = Path(view(cluster, sid)["metadata"]["run_dir"])  # one run: the resume's metrics are beside its own
+    assert view(cluster, new)["metadata"]["run_dir"] == str(run_dir)
+    assert {"metrics.1.jsonl", "metrics.2.jsonl"} <= {f.name for f in run_dir.glob("metrics.*.jsonl")}, run_dir
+    resumed = cli_json(cluster, "status", new)
+    assert (resumed["attempt"], resumed["step"]) == (2, total), resumed  # what the old row must not show
+    assert resumed["score"] == pytest.approx(0.1 + 0.8) and resumed["resumed_from"] == sid, resumed
+
+    listed = {row["id"]: row for row in cli_json(cluster, "list")}
+    assert own(listed[new])[:3] == ("SUCCEEDED", 2, total), listed[new]
+    assert own(listed[sid]) == own(before), (listed[sid], before)
+    assert own(cli_json(cluster, "status", sid)) == own(before)
 
 
 def test_stop_names_jobs_while_a_plain_ray_driver_is_connected(cluster, workdir):

@@ -78,7 +78,7 @@ def stop_jobs(job_ids: Sequence[str] = (), *, sweep: Optional[str] = None, wait:
         say(f"asked {len(live)} job(s) to stop; a running one stops once its next checkpoint is saved (at most {timeout:g} s)")
     elif live:
         say(f"asked {len(live)} job(s) to stop; a running trainer gets a grace period to save a checkpoint")
-    _wait_terminal(d, live, set(queued), status, 0.0 if at_checkpoint else wait)
+    _wait_terminal(d, live, set(queued), status, wait)
     return status
 
 

@@ -92,9 +92,9 @@ _HEAD: list = []  #: the head's Jobs API client, made when a stop is first asked
 
 def head_client() -> Any:
     if not _HEAD:
-        from rayjobs.oncluster.headapi import head_dashboard
+        from rayjobs.oncluster.headapi import head_jobs
 
-        d = head_dashboard()
+        d = head_jobs().d
         d.sdk  # noqa: B018 (builds Ray's SDK client now, not at the stop)
         _HEAD.append(d)
     return _HEAD[0]
