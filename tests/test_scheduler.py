@@ -130,18 +130,36 @@ def holdings(**jobs: int) -> Any:
 def test_a_job_of_higher_priority_preempts_a_preemptible_one_at_its_checkpoint() -> None:
     st = state(running("sweep-0", [2], preemptible=True), queued("urgent", [2], at=1, priority=10))
     d = decide(st, cluster(node("n0", 2, free=0), holdings=holdings(**{"sweep-0": 2})), Policy(), NOW)
-    assert d.of(Preempt) == [Preempt("sweep-0", "urgent")]
+    assert [(a.id, a.by) for a in d.of(Preempt)] == [("sweep-0", "urgent")]
     assert d.notes["urgent"].startswith("preempting sweep-0: starts once they stopped")
     assert d.reserving_for == "urgent" and "preempting for it" in d.blocked
 
 
-def test_victims_are_the_lowest_priority_then_the_youngest() -> None:
+def test_victims_by_priority_order_are_the_lowest_priority_then_the_youngest() -> None:
     st = state(running("old", [1], preemptible=True, priority=1, admitted=NOW - 100),
                running("young", [1], preemptible=True, priority=1, admitted=NOW - 10),
                running("lowest", [1], preemptible=True, priority=0, admitted=NOW - 50),
                queued("urgent", [2], at=1, priority=10))
-    d = decide(st, cluster(node("n0", 3, free=0), holdings=holdings(old=1, young=1, lowest=1)), Policy(), NOW)
+    d = decide(st, cluster(node("n0", 3, free=0), holdings=holdings(old=1, young=1, lowest=1)),
+               Policy(victim_order="priority"), NOW)
     assert [a.id for a in d.of(Preempt)] == ["lowest", "young"]
+
+
+def test_victims_are_the_set_that_loses_the_least_work() -> None:
+    """GPUs x seconds since the last checkpoint: a 2-GPU job that just saved loses less than a 1-GPU
+    one 10 minutes past its checkpoint, though it is older and of higher priority."""
+    st = state(running("saved", [2], preemptible=True, priority=1, admitted=NOW - 3000),
+               running("stale", [1], preemptible=True, priority=0, admitted=NOW - 900),
+               running("stale2", [1], preemptible=True, priority=0, admitted=NOW - 700),
+               queued("urgent", [2], at=1, priority=10))
+    st.running["saved"].checkpoint_at = NOW - 20  # 2 GPU x 20 s = 40 against 1 x 900 + 1 x 700
+    st.running["stale"].checkpoint_at = NOW - 900
+    view = cluster(node("n0", 4, free=0), holdings=holdings(saved=2, stale=1, stale2=1))
+    d = decide(st, view, Policy(), NOW)
+    assert [a.id for a in d.of(Preempt)] == ["saved"]
+    assert "least work lost: 2 GPU x 20 s since its last checkpoint" in d.of(Preempt)[0].why
+    st.running["saved"].checkpoint_at = NOW - 2000  # now 4,000 GPU-s: the two 1-GPU jobs lose less (1,600)
+    assert sorted(a.id for a in decide(st, view, Policy(), NOW).of(Preempt)) == ["stale", "stale2"]
 
 
 def test_never_preempts_a_job_that_is_not_preemptible_or_not_of_lower_priority() -> None:
@@ -228,7 +246,7 @@ def test_quota_preemption_and_backfill_together() -> None:
                queued("c-small", [1], at=3, user="carol"))
     d = decide(st, cluster(node("n0", 4, free=1), holdings=holdings(**{"c-sweep": 1})), Policy(quota={"alice": 2}), NOW)
     assert d.holds["a-more"] == "quota"
-    assert d.of(Preempt) == [Preempt("c-sweep", "b-urgent")]
+    assert [(a.id, a.by) for a in d.of(Preempt)] == [("c-sweep", "b-urgent")]
     assert admitted(d) == [] and d.reserving_for == "b-urgent"
 
 

@@ -96,6 +96,7 @@ class JobView:
     from_queue: bool = False  #: ended: its log by file name, its progress from ``final`` (what the queue kept)
     rungs: dict[str, Optional[float]] = field(default_factory=dict)  #: successive halving: its value at each rung
     halved: Optional[dict[str, Any]] = None  #: {rung, value, rank, of, text}: its sweep's halving stopped it
+    preempt_why: Optional[str] = None  #: why the queue chose it as a preemption's victim
 
 
 @dataclass

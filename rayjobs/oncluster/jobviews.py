@@ -29,7 +29,7 @@ def _base(rec: JobRecord) -> dict[str, Any]:
             "checkpoint_step": rec.checkpoint_step, "attempts": list(rec.attempts), "first_attempt": rec.first_attempt,
             "lost": rec.lost, "preemptions": rec.preemptions, "preempted": rec.preempted, "preempting_for": None,
             "reaped": list(rec.reaped), "final": rec.final, "pruned": rec.pruned, "from_queue": rec.done,
-            "rungs": dict(rec.rungs or {}), "halved": rec.halved}
+            "rungs": dict(rec.rungs or {}), "halved": rec.halved, "preempt_why": (rec.preempting or {}).get("why")}
 
 
 def reason(svc: Any, w: Waiting) -> str:

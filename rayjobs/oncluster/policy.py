@@ -14,7 +14,7 @@ No Ray and no I/O here: the queue actor (:mod:`rayjobs.oncluster.queueactor`) pa
 from __future__ import annotations
 
 import os
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 from rayjobs.oncluster import capacity
 
@@ -79,6 +79,48 @@ def over_quota(quota: dict[str, int], req: Any, held: dict[str, int], asking: se
     return f"quota: {req.user or 'unknown'} holds {have} of {limit} GPUs while others wait (this job needs {req.gpus})"
 
 
+def _fits_without(groups: Sequence[int], nodes: Sequence[capacity.Node], reserved: Sequence[int],
+                  chosen: Sequence[Any], holdings: dict[str, dict[str, list[float]]]) -> bool:
+    """Would ``groups`` fit once ``chosen`` stopped (their placement groups freed, their unplaced groups unreserved)?"""
+    free = {n.id: [n.free_gpus, n.free_cpus] for n in nodes}
+    left = list(reserved)
+    for a in chosen:
+        for node, (g, c) in holdings.get(a.req.id, {}).items():
+            if node in free:
+                free[node][0] += g
+                free[node][1] += c
+        for g in a.unplaced:
+            if g in left:
+                left.remove(g)
+    sim = [capacity.Node(n.id, n.gpus, n.cpus, min(n.gpus, free[n.id][0]), min(n.cpus, free[n.id][1])) for n in nodes]
+    return capacity.fit(groups, sim, left).fits
+
+
+#: Candidates up to which every set of up to EXACT_SET victims is weighed (beyond: greedy by loss).
+EXACT_UP_TO, EXACT_SET = 12, 4
+
+
+def cheapest_victims(groups: Sequence[int], nodes: Sequence[capacity.Node], reserved: Sequence[int],
+                     candidates: Sequence[Any], holdings: dict[str, dict[str, list[float]]],
+                     loss: Callable[[Any], float]) -> list[Any]:
+    """The set of ``candidates`` whose stop lets ``groups`` fit and loses the least work (``loss`` of
+    each: GPUs x seconds since its last checkpoint, what its resume trains again), then the fewest,
+    lower priority, the youngest; [] if even all of them would not do."""
+    import itertools
+
+    def key(combo: Sequence[Any]) -> tuple:
+        return (sum(loss(a) for a in combo), len(combo), sum(a.req.priority for a in combo),
+                -sum(a.admitted_at for a in combo))
+
+    if len(candidates) <= EXACT_UP_TO:
+        fitting = [c for k in range(1, min(EXACT_SET, len(candidates)) + 1)
+                   for c in itertools.combinations(candidates, k) if _fits_without(groups, nodes, reserved, c, holdings)]
+        if fitting:
+            return list(min(fitting, key=key))
+    by_loss = sorted(candidates, key=lambda a: key([a]))
+    return victims(groups, nodes, reserved, by_loss, holdings)
+
+
 def victims(groups: Sequence[int], nodes: Sequence[capacity.Node], reserved: Sequence[int],
             candidates: Sequence[Any], holdings: dict[str, dict[str, list[float]]]) -> list[Any]:
     """The first of ``candidates`` (in the order given) whose freed GPUs and CPUs let ``groups`` fit;
@@ -87,20 +129,9 @@ def victims(groups: Sequence[int], nodes: Sequence[capacity.Node], reserved: Seq
     ``holdings``: per candidate id, per node id, ``[gpus, cpus]`` its placement groups hold;
     a candidate's groups without a placement group yet (``unplaced``) leave ``reserved``.
     """
-    free = {n.id: [n.free_gpus, n.free_cpus] for n in nodes}
-    left = list(reserved)
-    chosen = []
+    chosen: list[Any] = []
     for a in candidates:
-        for node, (g, c) in holdings.get(a.req.id, {}).items():
-            if node in free:
-                free[node][0] += g
-                free[node][1] += c
-        for g in a.unplaced:
-            if g in left:
-                left.remove(g)
         chosen.append(a)
-        sim = [capacity.Node(n.id, n.gpus, n.cpus, min(n.gpus, free[n.id][0]), min(n.cpus, free[n.id][1]))
-               for n in nodes]
-        if capacity.fit(groups, sim, left).fits:
+        if _fits_without(groups, nodes, reserved, chosen, holdings):
             return chosen
     return []

@@ -16,6 +16,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from rayjobs.contract.paths import TRACKER
 from rayjobs.oncluster.checkpointwatch import ask_stop, withdraw_stop
 from rayjobs.oncluster.headapi import JobsClient
 from rayjobs.oncluster.queuestate import Running
@@ -38,6 +39,7 @@ class Preemptions:
                  note: Callable[[str, str], None] = lambda what, sid: None) -> None:
         self.jobs, self.pool, self.note = jobs, pool, note
         self.forgetting: dict[str, Future] = {}  #: preempted jobs whose Ray entry is being deleted
+        self._seen_at = 0.0
 
     def ask(self, r: Running, by: str, now: float) -> dict[str, Any]:
         """Ask ``r``'s runner to stop it after its next checkpoint (at once if it saves none);
@@ -52,6 +54,20 @@ class Preemptions:
         log(f"preempting {r.id} (priority {r.req.priority}) for {by}: stopping it at its next checkpoint "
             f"(at most {r.req.preempt_wait_s:g} s)")
         return {"by": by, "asked_at": now}
+
+    def observe(self, state: Any, now: float, every_s: float = 1.0) -> None:
+        """When each running preemptible job saved its last complete checkpoint (its tracker's mtime):
+        what choosing it as a victim would cost (bounded: at most every ``every_s``)."""
+        if now - self._seen_at < every_s:
+            return
+        self._seen_at = now
+        for r in state.running.values():
+            if not r.req.preemptible or not r.rec.meta.checkpoint_dir:
+                continue
+            try:
+                r.checkpoint_at = (Path(r.rec.meta.checkpoint_dir) / TRACKER).stat().st_mtime
+            except OSError:
+                pass
 
     def stop_now(self, r: Running) -> None:
         """The queue stops ``r`` itself (no checkpoints to wait for, or its runner was late)."""

@@ -52,8 +52,9 @@ def policy_from_env() -> Policy:
     from rayjobs.oncluster import policy as team, standby
 
     on = os.environ.get("RAYJOBS_QUEUE", "1").strip().lower() not in ("0", "off", "false", "no")
+    order = os.environ.get("RAYJOBS_PREEMPT_ORDER", "least-work").strip().lower()
     return Policy(backfill_s=float(os.environ.get("RAYJOBS_QUEUE_BACKFILL_S", 300.0)), quota=team.quota_from_env(),
-                  enabled=on, standby=standby.enabled())
+                  enabled=on, standby=standby.enabled(), victim_order="priority" if order == "priority" else "least-work")
 
 
 class QueueService:
@@ -150,6 +151,8 @@ class QueueService:
         self.state.standby = self.standby.sid
         self.state.requeueing = {i for i in self.preemptions.requeueing() if i in self.state.waiting}
         self.rungs.observe(self.state, now)
+        if self.state.waiting:
+            self.preemptions.observe(self.state, now)
         self._decide(now)
         running = list(self.state.running)
         self.admitter.poll(running)
@@ -214,7 +217,7 @@ class QueueService:
             self.finish(self.records[action.id], "FAILED", action.message, cause=action.cause)
         elif isinstance(action, Preempt) and action.id in st.running:
             r = st.running[action.id]
-            r.rec = self._put(r.rec.with_(preempting=self.preemptions.ask(r, action.by, now)))
+            r.rec = self._put(r.rec.with_(preempting=dict(self.preemptions.ask(r, action.by, now), why=action.why)))
         elif isinstance(action, CallOff) and action.id in st.running:
             r = st.running[action.id]
             self.preemptions.call_off(r, action.by)

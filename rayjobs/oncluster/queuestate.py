@@ -48,6 +48,7 @@ class Running:
     preempt_forced: bool = False  #: the queue stopped it itself (no checkpoints, or its runner was late)
     ended: str = ""  #: how its Ray job ended (a status, or LOST), while it is reaped
     history: dict[int, dict[str, float]] = field(default_factory=dict)  #: its run's metrics by step (halving reads it)
+    checkpoint_at: float = 0.0  #: when its last complete checkpoint was saved (epoch s; 0: none seen)
 
     @property
     def id(self) -> str:

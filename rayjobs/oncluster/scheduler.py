@@ -15,7 +15,8 @@ state and what the rules before it decided (:class:`Pass`), and may end the pass
 5. :func:`queue_off` -- the queue switched off, or a cluster without GPUs: every ready job starts.
 6. :func:`reap_gate` -- no GPU admission while what an ended job left on the nodes is reaped.
 7. :func:`admit_in_order` -- higher priority first, then submission order: per-user quota, per-node
-   fit with the groups promised to starting jobs, preemption of lower-priority preemptible jobs,
+   fit with the groups promised to starting jobs, preemption of lower-priority preemptible jobs
+   (the set that loses the least work: GPUs x time since each one's last checkpoint),
    backfill past a blocked job only while it waited less than ``backfill_s`` (the starvation guard).
 8. :func:`pre_start` -- the next job in line is pre-started in Ray, its runner held until admission.
 
@@ -66,6 +67,7 @@ class Policy:
     quota: Mapping[str, int] = field(default_factory=dict)  #: RAYJOBS_QUOTA_GPUS
     enabled: bool = True  #: RAYJOBS_QUEUE (off: every job starts at once, as plain Ray would)
     standby: bool = True  #: RAYJOBS_QUEUE_STANDBY (pre-start the next job)
+    victim_order: str = "least-work"  #: RAYJOBS_PREEMPT_ORDER: least-work | priority (lowest, then youngest)
 
 
 # --------------------------------------------------------------------------- actions
@@ -88,10 +90,11 @@ class Fail:
 
 @dataclass(frozen=True)
 class Preempt:
-    """Stop a running job at its next checkpoint, for ``by``; it goes back in line after."""
+    """Stop a running job at its next checkpoint, for ``by``; it goes back in line after (``why``: why it)."""
 
     id: str
     by: str
+    why: str = ""
 
 
 @dataclass(frozen=True)
@@ -341,14 +344,29 @@ def _preempt_for(p: Pass, w: Waiting, nodes: list[capacity.Node]) -> bool:
                        key=lambda r: (r.req.priority, -r.admitted_at))
         if not cands:
             return False
-        chosen = team.victims(w.req.groups, nodes, p.reserved, cands, p.cluster.holdings(tuple(r.id for r in cands)))
+        held = p.cluster.holdings(tuple(r.id for r in cands))
+        if p.policy.victim_order == "priority":
+            chosen, why = team.victims(w.req.groups, nodes, p.reserved, cands, held), "lowest priority, then youngest"
+        else:
+            chosen = team.cheapest_victims(w.req.groups, nodes, p.reserved, cands, held, lambda r: _loss(p, r))
+            why = "the least work lost: " + ", ".join(f"{r.req.gpus} GPU x {_since_checkpoint(p, r):.0f} s since "
+                                                       f"its last checkpoint" for r in chosen)
         if not chosen:
             return False
         for r in chosen:
-            p.act(Preempt(r.id, w.id))
+            p.act(Preempt(r.id, w.id, why))
         victims = [r.id for r in chosen]
     p.note(w, f"preempting {', '.join(victims)}: starts once they stopped at their next checkpoint")
     return True
+
+
+def _since_checkpoint(p: Pass, r: Running) -> float:
+    """Seconds of training a resume of ``r`` would redo: since its last checkpoint (or its admission)."""
+    return max(0.0, p.now - max(r.checkpoint_at, r.admitted_at))
+
+
+def _loss(p: Pass, r: Running) -> float:
+    return r.req.gpus * _since_checkpoint(p, r)
 
 
 def _can_preempt(p: Pass, r: Running, w: Waiting) -> bool:
