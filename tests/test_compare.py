@@ -1,5 +1,5 @@
-"""``rayjobs compare --sweep S`` (issue 18): a real sweep of the verl stand-in on a cluster of the
-test's own, compared while it runs and once it is gone (from the local record); agreement with
+"""``rayjobs compare --sweep S`` (issue 18): a real sweep of the verl stand-in on a fake-GPU cluster of
+the test's own (``fresh``: the test stops it), compared while it runs and once it is gone (from the local record); agreement with
 ``rayjobs plot --sweep S --json``; the rules of the rows (blanks, NaN, ties, resumed points) on
 their own."""
 
@@ -12,8 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import rayjobs_cli, rayjobs_submit, wait_terminal
-from test_history import own_cluster  # noqa: F401  (the fixture: a head of this test's own, stopped by PID)
+from conftest import rayjobs_cli, submit_ids, view, wait_done, wait_terminal
 
 SCORE = "critic/score/mean"
 VAL = "val-core/openai/gsm8k/reward/mean@1"
@@ -39,18 +38,15 @@ def expected(hist: dict[int, dict[str, float]], metric: str, lowest: bool = Fals
     return pts[-1][1], best, next(s for s, v in pts if v == best)
 
 
-def test_compare_a_sweep_then_from_the_local_record_once_the_cluster_is_gone(own_cluster, cluster, workdir, tmp_path):  # noqa: F811
-    c, storage = own_cluster, tmp_path / "storage-on-the-cluster"
-    r = rayjobs_submit("-m", "+exp=fake_ppo", "+fake.steps=4", "+fake.score_peak=2", "trainer.save_freq=2",
-                       f"+fake.score_offset={','.join(OFFSETS)}", f"rayjobs.address={c.address}", cwd=workdir,
-                       env={"RAYJOBS_STORAGE": str(storage)}, timeout=300)
-    assert r.returncode == 0, r.stderr
-    ids = r.stdout.split()
+def test_compare_a_sweep_then_from_the_local_record_once_the_cluster_is_gone(fresh_clusters, cluster, workdir, tmp_path):
+    c, storage = fresh_clusters.get(((2, 6),), fresh=True), tmp_path / "storage-on-the-cluster"
+    ids = submit_ids(c, "-m", "+exp=fake_ppo", "+fake.steps=4", "+fake.score_peak=2", "trainer.save_freq=2",
+                     f"+fake.score_offset={','.join(OFFSETS)}", cwd=workdir, env={"RAYJOBS_STORAGE": str(storage)})
     assert len(ids) == 3
     for i in ids:
-        assert wait_terminal(c.client(), i, timeout=240) == "SUCCEEDED"
-    sweep = c.client().get_job_info(ids[0]).metadata["sweep"]
-    meta = {i: c.client().get_job_info(i).metadata for i in ids}
+        assert wait_done(c, i, timeout=240) == "SUCCEEDED"
+    meta = {i: view(c, i)["metadata"] for i in ids}
+    sweep = meta[ids[0]]["sweep"]
     raw = {i: logged(meta[i]["run_dir"]) for i in ids}
 
     # An evaluation of point 1's checkpoint: a job whose metadata says eval_of=<point id> (what the

@@ -6,7 +6,6 @@ import json
 import shutil
 import subprocess
 import sys
-import time
 from datetime import datetime
 
 import pytest
@@ -164,13 +163,9 @@ def test_plot_a_sweep(done, tmp_path):
 
 def test_stop_a_running_sweep(cluster, client, wd):
     sid, ids = sweep(wd, "+fake.steps=300,301", "+fake.step_s=0.1")
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        rows = json.loads(cli("list", "--sweep", sid, "--json").stdout)
-        if all(r["status"] == "RUNNING" and r["step"] for r in rows):
-            break
-        time.sleep(1)
-    assert {r["status"] for r in rows} == {"RUNNING"}, rows
+    rows = wait_until(lambda: (lambda rs: rs if all(r["status"] == "RUNNING" and r["step"] for r in rs) else None)(
+        json.loads(cli("list", "--sweep", sid, "--json").stdout)), 120, "both points to train", every=1.0)
+    assert {r["status"] for r in rows} == {"RUNNING"} and len(rows) == 2, rows
     r = cli("stop", "--sweep", sid)
     assert r.returncode == 0, r.stderr
     assert sorted(r.stdout.split("\n")[:2]) == sorted(f"{i} STOPPED" for i in ids)
@@ -189,7 +184,7 @@ def test_stop_a_running_sweep(cluster, client, wd):
 
 def test_cluster_view_counts_a_job_once_though_its_submit_was_a_job_too(cluster, client, workdir) -> None:
     # Not in test_cluster.py: that module needs SkyPilot; this needs only the embedded head.
-    # A submit is a small Ray job of its own (it writes the queue's records); Ray lists it. Seen on
+    # rayjobs' own small Ray jobs (tagged ROLE_KEY: the queue's starter) are not the user's. Seen on
     # the device, before: the runner's own driver made a 2-point sweep show as "4 SUCCEEDED".
     def total() -> int:
         r = rayjobs_cli("cluster", "--json")
@@ -204,7 +199,7 @@ def test_cluster_view_counts_a_job_once_though_its_submit_was_a_job_too(cluster,
     assert total() - before == 1  # what rayjobs shows
     # The queue prunes its own small jobs from Ray's table soon after they end, so to see one that
     # Ray still lists, hold one open: a tagged job that runs until stopped must not be counted.
-    held = client.submit_job(entrypoint="sleep 300", metadata={ROLE_KEY: "enqueue"})
+    held = client.submit_job(entrypoint="sleep 300", metadata={ROLE_KEY: "queue starter"})
     try:
         wait_until(lambda: str(client.get_job_status(held)).endswith("RUNNING"), 60, "the tagged job to run")
         assert held in {j.submission_id for j in client.list_jobs()}

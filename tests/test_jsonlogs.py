@@ -222,7 +222,6 @@ def no_ts(recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def test_tail_and_logs_json_give_every_step_once_with_the_logged_values(cluster, client, workdir):
-    from rayjobs.client import queuechannel
     from rayjobs.client.dashboard import Dashboard
 
     job = submit("+fake.steps=8", "+fake.step_s=0.4", "trainer.save_freq=2")
@@ -254,7 +253,7 @@ def test_tail_and_logs_json_give_every_step_once_with_the_logged_values(cluster,
 
     # Pruned from Ray's table (as the queue does after RAYJOBS_RETENTION_S): the log the queue recorded.
     d = Dashboard(cluster)
-    wait_until(lambda: job in queuechannel.read_history(d), 60, "the queue's history of the job")
+    wait_until(lambda: (d.queue.job(job) or {}).get("state") == "done", 60, "the queue to finish the job")
     client.delete_job(job)
     pruned = rayjobs_cli("tail", job, "--json")
     assert pruned.returncode == 0 and "from the queue's history" in pruned.stderr, pruned.stderr

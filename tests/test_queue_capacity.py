@@ -1,4 +1,4 @@
-"""Per-node fit (rayjobs.oncluster.capacity) and the queue's ordering, without a cluster."""
+"""Per-node fit (rayjobs.oncluster.capacity), the queue's ordering and its views as rows, without a cluster."""
 
 from rayjobs.oncluster import capacity
 from rayjobs.oncluster import request
@@ -61,8 +61,11 @@ def test_nodes_from_state_rows():
 
 
 def test_order_priority_then_submission_then_sweep_point():
+    from rayjobs.contract.record import JobRecord
+    from rayjobs.contract.status import State
+
     meta = lambda prio, at, sweep="": {"gpu_groups": "[1]", "priority": str(prio), "submitted_at": at, "sweep": sweep}
-    rec = lambda sid, m, queued: {"id": sid, "spec": {"metadata": m}, "queued_at": queued}
+    rec = lambda sid, m, queued: JobRecord(id=sid, state=State.WAITING, spec={"metadata": m}, queued_at=queued)
     reqs = [
         request.request_from_record(rec("a", meta(0, "2026-01-01T10:00:00+00:00"), 2.0)),
         request.request_from_record(rec("s-1", meta(0, "2026-01-01T10:00:00+00:00", "s"), 1.0)),
@@ -71,24 +74,33 @@ def test_order_priority_then_submission_then_sweep_point():
         request.request_from_record(rec("early", meta(0, "2026-01-01T09:59:59+00:00"), 0.0)),
     ]
     assert [r.id for r in sorted(reqs, key=lambda r: r.key())] == ["late-high", "early", "a", "s-0", "s-1"]
-    assert reqs[0].since == 2.0 and reqs[0].groups == [1]  # the guard's clock: when it was queued (durable)
+    assert reqs[0].since == 2.0 and reqs[0].groups == (1,)  # the guard's clock: when it was queued (durable)
 
 
 def test_queue_view_rows_for_waiting_and_finished_jobs():
-    """What `rayjobs list` shows of jobs Ray does not list: waiting ones (QUEUED, their place) and
-    finished ones the queue pruned from Ray (their final metrics)."""
-    from rayjobs.views import jobrows
-    from rayjobs.views.queuestatus import QueueView
+    """What `rayjobs list` shows of the queue's views (its API's JobView dicts) of jobs Ray does not
+    list: waiting ones (QUEUED, their place) and finished ones the queue pruned from Ray (their
+    final metrics)."""
+    from dataclasses import asdict, fields
+
+    from rayjobs.contract import wire
+    from rayjobs.contract.record import JobRecord
+    from rayjobs.contract.status import State, Status
+    from rayjobs.oncluster import jobviews
+    from rayjobs.views import jobrows, queuestatus
 
     meta = {"rayjobs": "0.1.0", "experiment": "fake_ppo", "sweep": "", "gpu_groups": "[2]", "priority": "3",
             "submitted_at": "2026-12-01T10:00:00+00:00", "overrides": "[]"}
-    v = QueueView(waiting={"w1": {"id": "w1", "position": 1, "reason": "waiting: needs ...", "metadata": meta}},
-                  history={"h1": {"id": "h1", "status": "SUCCEEDED", "metadata": meta, "start_time": 1796000000000,
-                                  "end_time": 1796000100000, "final": {"step": 7, "data": {"critic/score/mean": 0.5},
-                                                                        "attempts": 2}}})
-    assert v.ids() == {"w1", "h1"} and v.position("w1") == 1 and v.position("h1") is None
-    rows = {r["id"]: r for r in jobrows.rows([v.as_job("w1"), v.as_job("h1")], None)}
+    waiting = asdict(wire.JobView(submission_id="w1", status="QUEUED", state="waiting", metadata=meta,
+                                  message="waiting: needs ...", queue_position=1, queued_at=1796000000.0))
+    done = jobviews.done_view(JobRecord(
+        id="h1", state=State.DONE, spec={"metadata": meta}, queued_at=1796000000.0, status=Status.of("SUCCEEDED"),
+        start_time=1796000000000, end_time=1796000100000, pruned=True,
+        final={"step": 7, "data": {"critic/score/mean": 0.5}, "attempts": 2}))
+    assert set(done) == {f.name for f in fields(wire.JobView)}  # the wire's fields exactly
+    assert queuestatus.is_waiting(waiting) and not queuestatus.is_waiting(done) and not queuestatus.is_waiting(None)
+    rows = {r["id"]: r for r, _ in jobrows.rows([waiting, done], None)}
     assert (rows["w1"]["status"], rows["w1"]["queue_position"], rows["w1"]["attempt"], rows["w1"]["gpus"]) == ("QUEUED", 1, 0, 2)
     assert rows["w1"]["priority"] == 3 and rows["w1"]["message"] == "waiting: needs ..."
     assert (rows["h1"]["status"], rows["h1"]["step"], rows["h1"]["score"], rows["h1"]["attempt"]) == ("SUCCEEDED", 7, 0.5, 2)
-    assert v.as_job("nope") is None
+    assert rows["h1"]["queue_position"] is None

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import wait_until
+
 from rayjobs.oncluster import runner
 
 PROBE = "import os; open('started-here', 'w').write(os.getcwd())"
@@ -163,8 +165,8 @@ def test_a_runner_does_not_retry_once_its_ray_session_is_gone(tmp_path: Path, ra
     with log.open("a") as out:
         p = subprocess.Popen([sys.executable, "-m", "rayjobs.oncluster.runner", "--", sys.executable, "-c", trainer],
                              env=env, cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT)
-    time.sleep(1.5)
-    raylet.kill()  # the head's Ray crashes while the attempt runs
+    wait_until(lambda: "TRAINER RAN" in log.read_text(), 60, "the first attempt to run", every=0.05)
+    raylet.kill()  # the head's Ray crashes while the attempt runs (it trains 3 s more)
     raylet.wait()
     code = p.wait(timeout=60)
     text = log.read_text()

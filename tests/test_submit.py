@@ -18,6 +18,14 @@ from rayjobs.submit import ledger
 ID = re.compile(r"^fake_ppo-\d{8}-\d{6}-[0-9a-f]{4}$")
 
 
+def submitted(target) -> set[str]:
+    """Every job id the cluster holds: the queue's (a waiting one is in no Ray table yet) and Ray's."""
+    from rayjobs.client.dashboard import Dashboard
+
+    d = Dashboard(target)
+    return set(job_list(d.sdk)) | {v["submission_id"] for v in d.queue.jobs()}
+
+
 def test_submit_prints_only_the_id_and_records_it(cluster, client, workdir):
     subprocess.run(["git", "init", "-q"], cwd=workdir, check=True)
     subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "--allow-empty", "-m", "x"],
@@ -37,6 +45,10 @@ def test_submit_prints_only_the_id_and_records_it(cluster, client, workdir):
     # Secrets in the submitter's environment never reach what list_jobs returns.
     listed = json.dumps([j.__dict__ for j in client.list_jobs()], default=str)
     assert "sekrit" not in listed
+    from rayjobs.client.dashboard import Dashboard
+
+    queued = json.dumps(Dashboard(cluster).queue.jobs())  # nor what the queue's API lists
+    assert job_id in queued and "sekrit" not in queued
     # The trainer got absolute, per-run paths under the storage root, and the file logger.
     storage = settings.storage_root()
     ckpt = Path(meta["checkpoint_dir"])
@@ -92,27 +104,27 @@ def test_max_retries_resumes_in_the_same_job(cluster, client, workdir):
     (["+exp=fake_ppo", "rayjobs.env.MODE=x"], r"^error: rayjobs.env.MODE: a job's environment takes new names with a \+"),
 ])
 def test_bad_input_exit_2_one_line_nothing_submitted(cluster, client, workdir, args, expect):
-    before = job_list(client)
+    before = submitted(cluster)
     r = rayjobs_submit(*args, cwd=workdir)
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert r.stdout == ""
     lines = [x for x in r.stderr.splitlines() if not x.startswith("rayjobs: ")]
     assert len(lines) == 1 and re.search(expect, lines[0]), r.stderr
     assert "Traceback" not in r.stderr
-    assert job_list(client) == before
+    assert submitted(cluster) == before
 
 
 def test_working_dir_too_large_is_refused_before_upload(cluster, client, workdir):
     with open(workdir / "weights.bin", "wb") as f:  # sparse: no disk used
         f.truncate(600 * 2**20)
-    before = job_list(client)
+    before = submitted(cluster)
     r = rayjobs_submit("+exp=fake_ppo", cwd=workdir)
     # The error is the last line; notes may come first (verl's validation without the preflight
     # extra says it did not run: the README's own set-up has no such extra).
     last = r.stderr.strip().splitlines()[-1]
     assert r.returncode == 2 and re.match(r"error: working_dir .* is 600 MiB after excludes, over Ray's 512 MiB limit", last), r.stderr
     assert r.stderr.count("error:") == 1 and "Traceback" not in r.stderr
-    assert job_list(client) == before
+    assert submitted(cluster) == before
     (workdir / ".gitignore").write_text("*.bin\n")  # Ray honours .gitignore; so do we
     ok = rayjobs_submit("+exp=fake_ppo", "rayjobs.dry_run=true", cwd=workdir)
     assert ok.returncode == 0, ok.stderr

@@ -7,7 +7,8 @@ import json
 import re
 import time
 
-from conftest import job_list, rayjobs_cli, rayjobs_submit, wait_terminal
+from conftest import rayjobs_cli, rayjobs_submit, wait_terminal
+from test_submit import submitted
 
 
 def dry_points(workdir, *args):
@@ -54,13 +55,13 @@ def test_sweep_over_experiments_composes_each_in_full(workdir):
 
 
 def test_one_bad_point_submits_nothing(cluster, client, workdir):
-    before = set(job_list(client))
+    before = submitted(cluster)
     r = rayjobs_submit("-m", "+exp=fake_ppo", "trainer.nnodes=1,two", cwd=workdir)
     assert r.returncode == 2 and r.stdout == ""
     assert "trainer.nnodes" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     r = rayjobs_submit("-m", "+exp=fake_ppo", "trainer.total_epochz=1,2", cwd=workdir)
     assert r.returncode == 2 and r.stdout == "" and "total_epochs" in r.stderr
-    assert set(job_list(client)) == before
+    assert submitted(cluster) == before
 
 
 def test_sweep_returns_at_once_and_prints_only_ids(cluster, client, workdir):

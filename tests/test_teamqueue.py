@@ -3,54 +3,42 @@ preemption at a checkpoint, dependencies between jobs, per-user GPU quotas.
 
 The workload is the verl stand-in holding its GPUs (placement groups) and saving checkpoints every
 ``trainer.save_freq`` steps, resuming from them (``resume_mode=auto``). Everything goes through
-the real Jobs API, the real queue actor and the real runner.
+the real queue API, the real queue actor and the real runner; the cluster is the session's one of
+this shape and head settings (quota 2 GPUs per user, backfill guard 600 s).
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conftest import rayjobs_cli, rayjobs_submit, wait_terminal, wait_until
+from conftest import FakeGpuCluster, cli_json, cli_on, submit_on, view, wait_done, wait_until
 from test_queue import admitted_at, submit
-from test_queue_cluster import FakeGpuCluster
 
-from rayjobs.settings import Target
-
-
-@pytest.fixture(scope="module")
-def team_cluster() -> Any:
-    root = Path(tempfile.mkdtemp(prefix="rjt", dir="/tmp"))
-    c = FakeGpuCluster(root, nodes=((4, 14),), env={"RAYJOBS_QUOTA_GPUS": "2", "RAYJOBS_QUEUE_BACKFILL_S": "600"})
-    c.start()
-    yield c
-    c.stop()
-    shutil.rmtree(root, ignore_errors=True)
+TEAM = ((4, 14),)
+TEAM_ENV = {"RAYJOBS_QUOTA_GPUS": "2", "RAYJOBS_QUEUE_BACKFILL_S": "600"}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
+def team_cluster(clusters: Any) -> FakeGpuCluster:
+    return clusters.get(TEAM, env=TEAM_ENV)
+
+
+@pytest.fixture
 def tclient(team_cluster: FakeGpuCluster) -> Any:
     return team_cluster.client()
 
 
 def row(cluster: FakeGpuCluster, sid: str) -> dict[str, Any]:
+    """What ``rayjobs status --json`` says of the job (the queue's word, no progress)."""
     from rayjobs.api import Job
-    from rayjobs.client.dashboard import Dashboard
 
-    return Job(sid, dashboard=Dashboard(Target(cluster.address, "test"))).row(progress=False)
-
-
-def wait_done(cluster: FakeGpuCluster, sid: str, timeout: float = 300) -> str:
-    return wait_until(lambda: (lambda st: st if st in ("SUCCEEDED", "FAILED", "STOPPED") else None)(
-        row(cluster, sid)["status"]), timeout, f"{sid} to end", every=1.0)
+    return Job(sid, dashboard=cluster.dashboard()).row(progress=False)
 
 
 def steps_of(run_dir: str) -> dict[int, list[int]]:
@@ -61,36 +49,39 @@ def steps_of(run_dir: str) -> dict[int, list[int]]:
     return out
 
 
+def run_dir(cluster: FakeGpuCluster, sid: str) -> str:
+    return view(cluster, sid)["metadata"]["run_dir"]
+
+
 ONE_GPU = ("trainer.nnodes=1", "trainer.n_gpus_per_node=1")
 
 
 def test_high_priority_job_preempts_a_preemptible_sweep_point_at_its_checkpoint(team_cluster, tclient, workdir):
     # The cluster full: a non-preemptible 2-GPU job and a preemptible 2-point sweep of 1 GPU each.
     keep = submit(team_cluster, "trainer.nnodes=1", "trainer.n_gpus_per_node=2", "+fake.steps=40", "+fake.step_s=0.5")
-    r = rayjobs_submit("-m", "+exp=fake_ppo", f"rayjobs.address={team_cluster.address}", "+fake.hold_gpus=true",
-                       *ONE_GPU, "+fake.steps=40", "+fake.step_s=0.4", "trainer.save_freq=5",
-                       "rayjobs.preemptible=true", "rayjobs.preempt_wait_s=120", "+fake.score_offset=0,0.1", cwd=workdir)
+    r = submit_on(team_cluster, "-m", "+exp=fake_ppo", "+fake.hold_gpus=true",
+                  *ONE_GPU, "+fake.steps=40", "+fake.step_s=0.4", "trainer.save_freq=5",
+                  "rayjobs.preemptible=true", "rayjobs.preempt_wait_s=120", "+fake.score_offset=0,0.1", cwd=workdir)
     assert r.returncode == 0, r.stderr
     points = r.stdout.split()
     wait_until(lambda: all(admitted_at(tclient, p) for p in [keep, *points]), 120, "the cluster to be full")
     wait_until(lambda: all(row(team_cluster, p)["step"] or "saved: step 5" in tclient.get_job_logs(p)
                            for p in points), 120, "the points to train")
     victim = max(points, key=lambda p: admitted_at(tclient, p))  # the youngest goes first
-    tail = subprocess.Popen([sys.executable, "-m", "rayjobs.cli", "tail", victim, "--plain", "--address",
-                             team_cluster.address], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    tail = subprocess.Popen([sys.executable, "-m", "rayjobs.cli", "tail", victim, "--plain"], env=team_cluster.client_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     high = submit(team_cluster, *ONE_GPU, "+fake.steps=3", "+fake.step_s=0.2", "rayjobs.priority=10")
     # status/list say it: QUEUED (PREEMPTED by high) while it waits to run again, with the steps it redoes
     queued = wait_until(lambda: (lambda r: r if r["status"] == "QUEUED" and r.get("preempted_by") == high
                                  and r.get("redo_steps") is not None else None)(
         row(team_cluster, victim)), 120, "the victim to be back in the queue, preempted", every=0.2)
-    assert wait_terminal(tclient, high, timeout=180) == "SUCCEEDED", tclient.get_job_logs(high)[-1500:]
+    assert wait_done(team_cluster, high) == "SUCCEEDED", tclient.get_job_logs(high)[-1500:]
     for p in [*points, keep]:  # as rayjobs sees them (Ray shows the preempted run STOPPED for a while)
         assert wait_done(team_cluster, p) == "SUCCEEDED", tclient.get_job_logs(p)[-2000:]
     log = tclient.get_job_logs(victim)  # one log: the stopped run's, then the resumed one's (appended)
     assert f"preempted by {high}: stopping once the next checkpoint is saved" in log, log[-3000:]
     assert log.index("preempted by") < log.rindex("Resuming from"), log[-3000:]
-    meta = json.loads(json.dumps(tclient.get_job_info(victim).metadata))
-    runs = steps_of(meta["run_dir"])
+    runs = steps_of(run_dir(team_cluster, victim))
     assert len(runs) == 2, runs  # attempt 1 (stopped at its checkpoint), attempt 2 (resumed)
     first, second = runs[1], runs[2]
     ckpt = second[0] - 1  # attempt 2 resumed from the checkpoint the stop waited for
@@ -104,7 +95,7 @@ def test_high_priority_job_preempts_a_preemptible_sweep_point_at_its_checkpoint(
     # the others were never touched: one attempt each, no preemption in their logs
     for other in [keep, *[p for p in points if p != victim]]:
         assert "preempted by" not in tclient.get_job_logs(other)
-        assert len(steps_of(json.loads(json.dumps(tclient.get_job_info(other).metadata))["run_dir"])) == 1
+        assert len(steps_of(run_dir(team_cluster, other))) == 1
     rec = row(team_cluster, victim)
     assert rec["status"] == "SUCCEEDED" and rec["preemptible"]
     out, err = tail.communicate(timeout=120)
@@ -119,20 +110,21 @@ def test_dependency_chain_fails_with_its_cause_and_never_starts(team_cluster, tc
     b = submit(team_cluster, *ONE_GPU, "+fake.steps=2", f"rayjobs.after={a}")
     ok = submit(team_cluster, *ONE_GPU, "+fake.steps=2", "+fake.step_s=0.3")
     c = submit(team_cluster, *ONE_GPU, "+fake.steps=1", f"rayjobs.after={ok}")
-    assert wait_terminal(tclient, a, timeout=120) == "FAILED"
+    assert wait_done(team_cluster, a, timeout=120) == "FAILED"
     got = wait_until(lambda: (lambda r: r if r["status"] == "FAILED" else None)(row(team_cluster, b)), 60,
                      "the dependent job to fail")
     assert got["cause"] == f"dependency failed: {a} FAILED", got
     assert b not in {j.submission_id for j in tclient.list_jobs()}  # it never reached Ray: never started
-    assert wait_terminal(tclient, c, timeout=120) == "SUCCEEDED"
+    assert wait_done(team_cluster, c, timeout=120) == "SUCCEEDED"
     assert admitted_at(tclient, c) > admitted_at(tclient, ok)
-    listed = json.loads(rayjobs_cli("list", "--json", "--address", team_cluster.address).stdout)
+    listed = cli_json(team_cluster, "list")
     assert {r["id"]: r["after"] for r in listed if r["id"] in (b, c)} == {b: [a], c: [ok]}
     # an id the queue does not know: one line, exit 2, nothing queued
-    r = rayjobs_submit("+exp=fake_ppo", f"rayjobs.address={team_cluster.address}", "rayjobs.after=nosuchjob-123",
-                       cwd=workdir)
-    assert r.returncode == 2 and "rayjobs.after=nosuchjob-123: is no job or sweep" in r.stderr, r.stderr
-    assert r.stdout.strip() == ""
+    before = {v["submission_id"] for v in team_cluster.queue().jobs()}
+    r = submit_on(team_cluster, "+exp=fake_ppo", "rayjobs.after=nosuchjob-123", cwd=workdir)
+    assert r.returncode == 2 and "rayjobs.after=nosuchjob-123: no job or sweep matches" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert r.stdout.strip() == "" and {v["submission_id"] for v in team_cluster.queue().jobs()} == before
 
 
 def test_a_users_quota_holds_while_others_wait(team_cluster, tclient, workdir):
@@ -150,15 +142,14 @@ def test_a_users_quota_holds_while_others_wait(team_cluster, tclient, workdir):
     held = row(team_cluster, alice[2])
     assert held["status"] == "QUEUED" and held["held"] == "quota", held
     assert "quota: alice holds 2 of 2 GPUs while others wait" in held["message"], held
-    r = rayjobs_cli("list", "--address", team_cluster.address)
+    r = cli_on(team_cluster, "list")
     assert "(quota)" in next(ln for ln in r.stdout.splitlines() if ln.startswith(alice[2])), r.stdout
-    view = json.loads(rayjobs_cli("cluster", "--json", "--address", team_cluster.address).stdout)
-    assert view["users"]["alice"] == {"gpus": 2, "running": 2, "waiting": 1, "quota": 2}, view["users"]
-    assert view["users"]["bob"]["waiting"] == 1 and view["users"]["bob"]["gpus"] == 0, view["users"]
-    assert "user alice: 2 GPU(s) (quota 2), 2 running, 1 waiting" in rayjobs_cli(
-        "cluster", "--address", team_cluster.address).stdout
+    users = cli_json(team_cluster, "cluster")["users"]
+    assert users["alice"] == {"gpus": 2, "running": 2, "waiting": 1, "quota": 2}, users
+    assert users["bob"]["waiting"] == 1 and users["bob"]["gpus"] == 0, users
+    assert "user alice: 2 GPU(s) (quota 2), 2 running, 1 waiting" in cli_on(team_cluster, "cluster").stdout
     for sid in [*alice, bob]:
-        assert wait_terminal(tclient, sid, timeout=180) == "SUCCEEDED"
+        assert wait_done(team_cluster, sid) == "SUCCEEDED"
     # Alice never held more than 2 GPUs while Bob waited: her third started only once one of her
     # first two had ended (then she held 2 again), never beside them.
     first_end = min(tclient.get_job_info(a).end_time for a in alice[:2]) / 1000
@@ -178,25 +169,27 @@ def test_a_users_stop_of_a_job_being_preempted_ends_it_not_requeued(team_cluster
 
     high1 = submit(team_cluster, *ONE_GPU, "+fake.steps=2", "+fake.step_s=0.2", "rayjobs.priority=10")
     wait_until(lambda: row(team_cluster, b).get("preempting_for") == high1, 60, "b to be preempted", every=0.2)
-    r = rayjobs_cli("stop", b, "--address", team_cluster.address, "--wait", "120")  # a plain stop, mid-preemption
+    r = cli_on(team_cluster, "stop", b, "--wait", "120")  # a plain stop, mid-preemption
     assert r.returncode == 0 and r.stdout.strip() == f"{b} STOPPED", (r.stdout, r.stderr)
-    assert wait_terminal(tclient, high1, timeout=180) == "SUCCEEDED", tclient.get_job_logs(high1)[-1500:]
+    assert wait_done(team_cluster, high1) == "SUCCEEDED", tclient.get_job_logs(high1)[-1500:]
 
     high2 = submit(team_cluster, "trainer.nnodes=1", "trainer.n_gpus_per_node=2", "+fake.steps=2", "+fake.step_s=0.2",
                    "rayjobs.priority=10")  # b's GPU (free) and a's
     wait_until(lambda: row(team_cluster, a).get("preempting_for") == high2, 60, "a to be preempted", every=0.2)
-    r = rayjobs_cli("stop", a, "--at-checkpoint", "--address", team_cluster.address, "--wait", "120")
+    r = cli_on(team_cluster, "stop", a, "--at-checkpoint", "--wait", "120")
     assert r.returncode == 0 and r.stdout.strip() == f"{a} STOPPED", (r.stdout, r.stderr)
-    assert wait_terminal(tclient, high2, timeout=180) == "SUCCEEDED", tclient.get_job_logs(high2)[-1500:]
-    time.sleep(15)  # longer than the queue waits before it would submit a requeued job's id again
+    assert wait_done(team_cluster, high2) == "SUCCEEDED", tclient.get_job_logs(high2)[-1500:]
+    # the queue's record of each is done (a requeued one would be waiting again): the queue's decision, final
+    wait_until(lambda: all(view(team_cluster, j)["state"] == "done" for j in (a, b)), 60, "a and b to be done")
     for j in (a, b):  # ended there: STOPPED, one attempt, never back in line nor resumed
+        assert j not in {v["submission_id"] for v in team_cluster.queue().summary()["line"]}
         got = row(team_cluster, j)
         assert got["status"] == "STOPPED" and got.get("redo_steps") is None, got
         assert str(tclient.get_job_status(j)).endswith("STOPPED")
-        assert len(steps_of(json.loads(json.dumps(tclient.get_job_info(j).metadata))["run_dir"])) == 1
+        assert len(steps_of(run_dir(team_cluster, j))) == 1
         assert "Resuming from" not in tclient.get_job_logs(j)
     assert "stopping at checkpoint: checkpoint step" in tclient.get_job_logs(a)  # a ended at its checkpoint
-    rayjobs_cli("stop", keep, "--address", team_cluster.address)
+    cli_on(team_cluster, "stop", keep)
 
 
 def test_a_preemption_is_called_off_when_the_job_it_was_for_is_stopped(team_cluster, tclient, workdir):
@@ -212,15 +205,15 @@ def test_a_preemption_is_called_off_when_the_job_it_was_for_is_stopped(team_clus
     high = submit(team_cluster, *ONE_GPU, "+fake.steps=2", "+fake.step_s=0.2", "rayjobs.priority=10")
     wait_until(lambda: f"preempted by {high}: stopping once" in tclient.get_job_logs(v), 60, "the stop to be asked",
                every=0.2)
-    r = rayjobs_cli("stop", high, "--address", team_cluster.address, "--wait", "60")
+    r = cli_on(team_cluster, "stop", high, "--wait", "60")
     assert r.returncode == 0 and r.stdout.strip() == f"{high} STOPPED", (r.stdout, r.stderr)
     wait_until(lambda: "stop at checkpoint called off" in tclient.get_job_logs(v), 60, "the runner to call it off")
     assert not row(team_cluster, v).get("preempting_for")
     assert wait_done(team_cluster, v) == "SUCCEEDED", tclient.get_job_logs(v)[-2000:]
     log = tclient.get_job_logs(v)
     assert "stopping at checkpoint" not in log and "Resuming from" not in log, log[-2000:]
-    runs = steps_of(json.loads(json.dumps(tclient.get_job_info(v).metadata))["run_dir"])
+    runs = steps_of(run_dir(team_cluster, v))
     assert runs == {1: list(range(1, 151))}, runs
     assert row(team_cluster, high)["status"] == "STOPPED"
     for j in (keep, fill):
-        rayjobs_cli("stop", j, "--address", team_cluster.address)
+        cli_on(team_cluster, "stop", j)

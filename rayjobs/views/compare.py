@@ -131,7 +131,7 @@ def fill_totals(dash: Any, rows: Sequence[dict[str, Any]], jobs: Sequence[Any]) 
         row["total_steps"] = p.total
 
     todo = [(r, j) for r, j in zip(rows, jobs) if r.get("total_steps") is None and r.get("step") is not None
-            and field(j, "driver_node_id") and not field(j, "from_queue") and not field(j, "from_record")]
+            and field(j, "driver_node_id") and not field(j, "pruned") and not field(j, "from_record")]
     if dash is not None and todo:
         with ThreadPoolExecutor(max_workers=8) as pool:
             list(pool.map(one, todo))

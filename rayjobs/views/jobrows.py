@@ -119,6 +119,9 @@ def base_row(job: Any, over: Optional[dict[str, Any]] = None) -> dict[str, Any]:
         "redo_steps": (field(job, "preempted") or {}).get("redo"),  #: the steps that preemption costs it
         "preemptions": int(field(job, "preemptions") or 0) or None,
         "preempting_for": field(job, "preempting_for"),  #: it is being stopped at its next checkpoint for this job
+        "preempt_why": field(job, "preempt_why") if field(job, "preempting_for") else None,  #: why it was chosen
+        "rungs": field(job, "rungs") or None,  #: successive halving: its value at each rung it reached
+        "halved": field(job, "halved"),  #: {rung, value, rank, of, text}: its sweep's halving stopped it
         "error": None,
         "step": None,
         "total_steps": None,
@@ -154,7 +157,9 @@ def status_text(r: dict[str, Any]) -> str:
     local = r.get("source") == "local"
     if local and r.get("final"):
         status = r["status"] + "*"
-    if r.get("cause"):  # the kind only (``node lost``); status shows the whole line
+    if r.get("halved"):  # its sweep's successive halving stopped it: the whole standing
+        status += f" ({r['halved'].get('text')})"
+    elif r.get("cause"):  # the kind only (``node lost``); status shows the whole line
         status += f" ({str(r['cause']).split(': ', 1)[0]})"
     status += queue_note(r)
     if local and not r.get("final"):
@@ -171,7 +176,8 @@ def queue_note(r: dict[str, Any]) -> str:
         redo = f", redoes {r['redo_steps']}" if r.get("redo_steps") else ""
         return f" (PREEMPTED by {r['preempted_by']}{redo})"
     if r.get("preempting_for"):
-        return f" (preempted by {r['preempting_for']}: to its next checkpoint)"
+        why = f"; {r['preempt_why']}" if r.get("preempt_why") else ""
+        return f" (preempted by {r['preempting_for']}: to its next checkpoint{why})"
     if r.get("held") == "quota":
         return " (quota)"
     if r.get("held") == "after" and r.get("after"):
@@ -187,14 +193,18 @@ def short_message(message: Any) -> Optional[str]:
 
 
 def add_progress(row: dict[str, Any], job: Any, dash: Optional["Dashboard"], lines: int = 400,
-                 head_scan: bool = False, tails: Optional[dict[str, bytes]] = None) -> dict[str, Any]:
+                 head_scan: bool = False, tails: Optional[dict[str, bytes]] = None, log: bool = True) -> dict[str, Any]:
     """Fill step/score/attempt/W&B from the JSONL (if readable here) or the log's tail; a job the
-    queue has finished (and maybe pruned from Ray) from the final metrics it recorded.
+    queue has finished from the final metrics it recorded, and -- ``log``, while Ray still has it
+    -- what only its log says (total steps, W&B URL, the error).
 
     ``tails``: where to leave the raw log tail read (by id), so a final copy needs no second read.
     """
     if field(job, "from_queue"):
-        return _final_progress(row, job)
+        _final_progress(row, job)
+        if log and not field(job, "pruned"):
+            _ended_log_facts(row, job, dash, lines, head_scan, tails)
+        return row
     if row["status"] == "QUEUED":
         return row
     m = meta(job)
@@ -251,6 +261,32 @@ def _final_progress(row: dict[str, Any], job: Any) -> dict[str, Any]:
     return row
 
 
+def _ended_log_facts(row: dict[str, Any], job: Any, dash: Optional["Dashboard"], lines: int, head_scan: bool,
+                     tails: Optional[dict[str, bytes]]) -> None:
+    """What an ended job's log says that the queue did not keep: total steps, W&B URL, the error."""
+    node = field(job, "driver_node_id")
+    if not node or dash is None:
+        return
+    p = logparse.Progress()
+    try:
+        raw = dash.log_tail(row["id"], node, lines, max_bytes=8 << 20)
+        if tails is not None:
+            tails[row["id"]] = raw
+        tail = logparse.clean_block(raw.decode("utf-8", "replace"))
+        logparse.feed_block(p, tail)
+        if head_scan and not (p.wandb_url and p.total):
+            scan_head(dash, row["id"], node, p)
+    except Exception:
+        return  # a dead node, a restarting dashboard, pruned meanwhile: the row stays with what the queue kept
+    row["total_steps"], row["wandb_url"] = p.total, p.wandb_url
+    if row["status"] == "FAILED":
+        row["error"] = logparse.failure_line(tail)
+    if p.failures:
+        row["failures"] = list(p.failures)
+    if p.cause and not row.get("cause") and row["status"] == "FAILED":
+        row["cause"] = p.cause
+
+
 def scan_head(dash: "Dashboard", job_id: str, node: str, p: logparse.Progress, limit: int = 4 << 20) -> None:
     """Read the start of the log (bounded) for what is printed once: total steps, W&B URL, attempt."""
     head = logparse.Progress()
@@ -270,16 +306,18 @@ def scan_head(dash: "Dashboard", job_id: str, node: str, p: logparse.Progress, l
 def rows(jobs: Iterable[Any], dash: Optional["Dashboard"], progress: bool = True, limit_progress: int = 100,
          tails: Optional[dict[str, bytes]] = None) -> list[tuple[dict[str, Any], Any]]:
     """(row, job) for ``jobs``, oldest first: progress for the newest ``limit_progress`` that run or
-    ran in Ray, and for every ended one from what the queue kept (``final``). ``tails``: where the
-    raw log tails read go (by id), so a final copy needs no second read. Reads; writes nothing.
+    ran in Ray (their logs read), and for every ended one from what the queue kept (``final``).
+    ``tails``: where the raw log tails read go (by id), so a final copy needs no second read.
+    Reads; writes nothing.
     """
     jobs = sorted(jobs, key=order)
     out = [base_row(j) for j in jobs]
     if progress and out:
-        pairs = [(r, j) for r, j in zip(out, jobs) if not field(j, "from_queue")][-limit_progress:]
-        pairs += [(r, j) for r, j in zip(out, jobs) if field(j, "from_queue")]
+        in_ray = [i for i, j in enumerate(jobs) if not (field(j, "from_queue") and field(j, "pruned"))]
+        read = set(in_ray[-limit_progress:])
+        todo = sorted(read | {i for i, j in enumerate(jobs) if field(j, "from_queue")})
         with ThreadPoolExecutor(max_workers=8) as pool:
-            list(pool.map(lambda rj: add_progress(rj[0], rj[1], dash, tails=tails), pairs))
+            list(pool.map(lambda i: add_progress(out[i], jobs[i], dash, tails=tails, log=i in read), todo))
     for r in out:
         if r["attempt"] is None:
             r["attempt"] = 0 if r["status"] in ("PENDING", "QUEUED") else 1
