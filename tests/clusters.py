@@ -33,6 +33,8 @@ from rayjobs.client import headprocs
 REPO = Path(__file__).resolve().parent.parent
 BIN = REPO / "tests" / "workloads" / "bin"
 _HANDED_OUT: set[int] = set()
+#: Worker ports per node: a range each, all of them below the ephemeral range free_port draws from.
+WORKER_PORTS = 300
 
 
 def free_port() -> int:
@@ -98,12 +100,12 @@ class FakeGpuCluster:
 
     # ------------------------------------------------------------------ life
     def _node_cmd(self, i: int, gpus: int, cpus: int) -> list[str]:
-        lo = self.worker_port_base + i * 1000
+        lo = self.worker_port_base + i * WORKER_PORTS
         cmd = [self.ray, "start", "--node-ip-address=127.0.0.1", f"--num-gpus={gpus}", f"--num-cpus={cpus}",
                f"--node-manager-port={free_port()}", f"--object-manager-port={free_port()}",
                f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
                f"--runtime-env-agent-port={free_port()}", f"--metrics-export-port={free_port()}",
-               f"--min-worker-port={lo}", f"--max-worker-port={lo + 999}",
+               f"--min-worker-port={lo}", f"--max-worker-port={lo + WORKER_PORTS - 1}",
                "--object-store-memory=100000000", "--disable-usage-stats"]
         if i == 0:
             cmd += ["--head", f"--port={self.gcs_port}", "--dashboard-host=127.0.0.1",
@@ -238,7 +240,8 @@ class Clusters:
             return c
         self._n += 1
         # every node a range of 1,000 worker ports of its own: 3,000 per cluster (at most 3 nodes)
-        c = FakeGpuCluster(self.root / f"c{self._n}", nodes, env, worker_port_base=20000 + (self._n % 14) * 3000)
+        # Worker ports below the kernel's ephemeral range (32768+), where free_port's ports come from.
+        c = FakeGpuCluster(self.root / f"c{self._n}", nodes, env, worker_port_base=10000 + (self._n % 18) * 4 * WORKER_PORTS)
         if fresh:
             self.fresh.append(c)
             return c.start() if start else c

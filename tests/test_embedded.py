@@ -5,6 +5,9 @@ A stop leaves no process of the head behind -- counted independently of how rayj
 session or command line, stays a descendant of it -- so a start right after it gets a head that
 runs jobs; and a start whose dashboard agent cannot listen fails with one line (exit 2) instead
 of leaving a head that refuses every job.
+
+A stop, a start and a submit, three times in a row, each succeed: the laptop never takes the queue
+(or the API file) of the Ray session before for the new head's.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from conftest import rayjobs_cli, rayjobs_submit, wait_terminal
+from conftest import rayjobs_cli, rayjobs_submit, wait_terminal, wait_until
 
 from rayjobs.client import embedded
 from rayjobs.client.dashboard import Dashboard
@@ -122,6 +125,7 @@ def _wait_running(client: Any, job_id: str, timeout: float = 60) -> None:
         time.sleep(0.2)
 
 
+@pytest.mark.cluster
 def test_stop_leaves_no_process_and_a_start_at_once_runs_jobs(home, workdir):
     env = {"RAYJOBS_HOME": str(home)}
     head = Started(home)
@@ -179,6 +183,7 @@ def test_stop_leaves_no_process_and_a_start_at_once_runs_jobs(home, workdir):
     assert "UNKNOWN (record)" in rayjobs_cli("list", env=env).stdout
 
 
+@pytest.mark.cluster
 def test_a_start_whose_agent_cannot_listen_fails_in_one_line(home):
     """Someone takes the agent's port while the head starts (what a lingering old head did)."""
     head = Started(home)
@@ -203,5 +208,108 @@ def test_a_start_whose_agent_cannot_listen_fails_in_one_line(home):
         left = head.pids()
         assert not left, [(q, _cmdline(q)) for q in sorted(left)]
         assert not (home / "local" / "head.json").exists()
+    finally:
+        head.close()
+
+
+@pytest.mark.cluster
+def test_stop_start_submit_three_times_in_a_row_each_succeed(home, workdir):
+    # It once failed on the second round: "the jobs were queued on the cluster, but its queue has not
+    # shown 1 of them within 30 s", the previous Ray session's queue file taken for the live queue.
+    env = {"RAYJOBS_HOME": str(home)}
+    sessions: list[str] = []
+    for k in range(3):
+        stop = rayjobs_cli("local", "stop", env=env, timeout=60)
+        assert stop.returncode == 0, (k, stop.stderr)
+        start = rayjobs_cli("local", "start", env=env)
+        assert start.returncode == 0, (k, start.stderr)
+        sub = rayjobs_submit("+exp=fake_ppo", "+fake.steps=1", f"trainer.total_epochs={k + 1}", cwd=workdir, env=env)
+        assert sub.returncode == 0, (k, sub.stderr[-3000:])
+        job = sub.stdout.strip()
+        assert len(job.split()) == 1, sub.stdout
+        d = Dashboard(embedded.target(_record(home)))
+        q = d.queue
+        session = str(d.version()["session_name"])
+        assert q.health().session == session, (k, q.health(), session)  # the new head's queue, not the old one
+        assert session not in sessions, (k, session, sessions)
+        sessions.append(session)
+        got = wait_until(lambda: (v := q.job(job)) is not None and v["state"] == "done" and v, 120,
+                         f"round {k + 1}'s job to end", every=0.3)
+        assert got["status"] == "SUCCEEDED", (k, got, d.sdk.get_job_logs(job)[-2000:])
+        st = rayjobs_cli("status", job, "--json", env=env)
+        assert st.returncode == 0 and json.loads(st.stdout)["status"] == "SUCCEEDED", (k, st.stdout, st.stderr)
+
+
+# --------------------------------------------------------------------------- finding the queue (no Ray)
+class _StaleHead:
+    """A dashboard (what :func:`rayjobs.client.queueapi.connect_queue` asks) in Ray session ``now``,
+    and a queue API at ``url`` answering health as the queue of session ``queue_session``."""
+
+    def __init__(self, now: str, queue_session: str, *, fixed: bool) -> None:
+        import http.server
+        import threading
+
+        from rayjobs.contract.target import Target
+
+        outer = self
+        self.now, self.queue_session, self.started = now, queue_session, 0
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802
+                body = json.dumps({"ok": True, "version": "x", "session": outer.queue_session, "pid": 1,
+                                   "started_at": 0.0, "waiting": 0, "admitted": 0, "unreadable": 0}).encode()
+                self.send_response(200 if self.path == "/v1/health" else 404)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.port = self.server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.address = "http://127.0.0.1:1"
+        self.target = Target(self.address, "test", None, api=self.url if fixed else None)
+
+    # what connect_queue reads of the dashboard
+    def get_json(self, path: str, params: Any = None) -> Any:
+        assert path == "/api/version"
+        return {"session_name": self.now}
+
+    def nodes(self) -> list[dict[str, Any]]:
+        return [{"node_id": "head", "is_head_node": True}]
+
+    def node_file(self, node_id: str, filename: str, lines: int = 10) -> bytes:
+        # the file the queue of the session before wrote (a stale copy: same port, its session)
+        return json.dumps({"port": self.port, "pid": 1, "session": self.queue_session}).encode()
+
+    def submit(self, spec: dict[str, Any]) -> str:
+        self.started += 1
+        return spec["submission_id"]
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("fixed", [True, False], ids=["record's api url", "head's api file"])
+def test_the_queue_of_a_dead_ray_session_is_never_taken_for_the_live_one(fixed):
+    from rayjobs.client.queueapi import QueueDown, connect_queue
+
+    head = _StaleHead("session_new", "session_old", fixed=fixed)
+    try:
+        with pytest.raises(QueueDown) as e:
+            connect_queue(head, start=False, timeout=0)
+        if fixed:
+            assert "runs in Ray session session_old, not in the head's session_new" in str(e.value), e.value
+        # and with start: it starts the new session's queue and waits for it, bounded
+        with pytest.raises(QueueDown):
+            connect_queue(head, start=True, timeout=1.0)
+        assert head.started == 1
+        head.queue_session = "session_new"  # the new session's queue now answers there
+        assert connect_queue(head, start=False, timeout=0).url == head.url
     finally:
         head.close()

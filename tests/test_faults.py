@@ -6,8 +6,9 @@ restarts while jobs wait in the queue and one is followed by ``rayjobs tail``.
   runs one actor in its placement group's bundle (``+fake.actors=true``), so the death of that
   bundle's machine reaches the driver as verl's does (``ActorDiedError``); the runner's retry must
   resume from the last complete checkpoint on the other worker.
-* Dashboard restart: a one-node cluster with 1 fake GPU (``tests/test_queue_cluster.py``), so two of
-  three jobs wait; the dashboard is SIGKILLed by PID and started again from its own command line.
+* Dashboard restart: a one-node cluster with 1 fake GPU (``tests/clusters.py``, one of its own: its
+  dashboard is killed), so two of three jobs wait; the dashboard is SIGKILLed by PID and started
+  again from its own command line.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -194,16 +194,9 @@ def test_worker_node_death_resumes_from_the_checkpoint_on_the_other_worker(machi
 
 # --------------------------------------------------------------------------- the dashboard restarts
 @pytest.fixture
-def one_gpu(workdir: Path) -> Any:
-    """A one-node cluster with 1 fake GPU (4 CPUs): one 1-GPU job runs, the others wait."""
-    from test_queue_cluster import FakeGpuCluster
-
-    root = Path(tempfile.mkdtemp(prefix="rjf", dir="/tmp"))  # short: Ray's socket paths are limited
-    c = FakeGpuCluster(root, nodes=((1, 4),))
-    c.start()
-    yield c
-    c.stop()
-    shutil.rmtree(root, ignore_errors=True)
+def one_gpu(fresh_clusters: Any) -> Any:
+    """A one-node cluster with 1 fake GPU (4 CPUs) of this test's own: one 1-GPU job runs, the others wait."""
+    return fresh_clusters.get(((1, 4),), fresh=True)
 
 
 def _argv(pid: int) -> list[bytes]:
@@ -239,25 +232,20 @@ def restart_dashboard(cluster: Any, pause: float = 1.0) -> None:
 
 
 def _rows(cluster: Any) -> dict[str, dict[str, Any]]:
-    from conftest import rayjobs_cli
+    from conftest import cli_json
 
-    r = rayjobs_cli("list", "--json", "--address", cluster.address, timeout=180)
-    assert r.returncode == 0, r.stderr
-    return {row["id"]: row for row in json.loads(r.stdout)}
+    return {row["id"]: row for row in cli_json(cluster, "list")}
 
 
 @pytest.mark.slow
 def test_dashboard_restart_keeps_the_queue_and_the_tail_loses_no_line(one_gpu: Any, workdir: Path) -> None:
-    from conftest import rayjobs_cli, rayjobs_submit, wait_terminal
+    from conftest import cli_on, send_on, view, wait_done
     from test_tail import Tail, steps_in
 
     c, steps = one_gpu, 120
 
     def submit(*args: str) -> str:
-        r = rayjobs_submit("+exp=fake_ppo", f"rayjobs.address={c.address}", "+fake.hold_gpus=true", *args,
-                           cwd=workdir, timeout=300)
-        assert r.returncode == 0, r.stderr
-        return r.stdout.strip()
+        return send_on(c, "+fake.hold_gpus=true", *args)
 
     running = submit(f"+fake.steps={steps}", "+fake.step_s=0.25")
     waiting = [submit("+fake.steps=3", f"trainer.total_epochs={k}") for k in (1, 2)]
@@ -277,13 +265,11 @@ def test_dashboard_restart_keeps_the_queue_and_the_tail_loses_no_line(one_gpu: A
     assert tail.wait(300) == 0, tail.stderr
     assert "interrupted" in tail.stderr and "answers again" in tail.stderr, tail.stderr
     assert steps_in(tail.stdout) == list(range(1, steps + 1))  # every step once, in order
-    logs = rayjobs_cli("logs", running, "--address", c.address)
+    logs = cli_on(c, "logs", running)
     assert logs.returncode == 0 and logs.stdout == tail.stdout  # byte for byte: nothing lost or repeated
-    client = c.client()
     for i in [running, *waiting]:
-        assert wait_terminal(client, i, timeout=240) == "SUCCEEDED", client.get_job_logs(i)[-1500:]
+        assert wait_done(c, i, timeout=240) == "SUCCEEDED", c.client().get_job_logs(i)[-1500:]
     rows = _rows(c)
     assert all(rows[i]["status"] == "SUCCEEDED" for i in [running, *waiting]), rows
-    from test_queue import admitted_at
-
-    assert admitted_at(client, running) < admitted_at(client, waiting[0]) < admitted_at(client, waiting[1])
+    starts = [float(view(c, i)["admitted_at"]) for i in (running, *waiting)]  # the queue's record
+    assert starts == sorted(starts) and len(set(starts)) == 3, starts

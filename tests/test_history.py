@@ -10,38 +10,26 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import rayjobs_cli, rayjobs_submit, wait_terminal, wait_until
-from test_queue_cluster import FakeGpuCluster
+from conftest import FakeGpuCluster, cli_on, rayjobs_cli, rayjobs_submit, submit_on, view, wait_done, wait_terminal, wait_until
 
 HOME = Path(os.environ.get("RAYJOBS_HOME", "/nonexistent"))
 
 
-@pytest.fixture
-def own_cluster(workdir: Path) -> Any:
-    """A head of this test's own (one node, 2 fake GPUs), stopped by PID when the test wants it gone."""
-    root = Path(tempfile.mkdtemp(prefix="rjh", dir="/tmp"))
-    c = FakeGpuCluster(root, nodes=((2, 6),))
-    c.start()
-    yield c
-    c.stop()
-    shutil.rmtree(root, ignore_errors=True)
-
-
-def submit(c: FakeGpuCluster, storage: Path, *args: str) -> str:
-    r = rayjobs_submit("+exp=fake_ppo", *args, f"rayjobs.address={c.address}", cwd=Path.cwd(),
-                       env={"RAYJOBS_STORAGE": str(storage)}, timeout=300)
+def submit(c: FakeGpuCluster, *args: str) -> str:
+    """A job of the verl stand-in whose run dir is under the cluster's storage root (gone with it)."""
+    r = submit_on(c, "+exp=fake_ppo", *args, cwd=Path.cwd(), env={"RAYJOBS_STORAGE": str(c.storage)}, timeout=300)
     assert r.returncode == 0, r.stderr
     return r.stdout.strip()
 
 
-def cli_json(*args: str) -> Any:
-    r = rayjobs_cli(*args, "--json", timeout=180)
+def cli_json(c: FakeGpuCluster, *args: str) -> Any:
+    """``rayjobs ARGS --json`` against ``c`` (also once it is gone), parsed."""
+    r = cli_on(c, *args, "--json")
     assert r.returncode == 0, (args, r.stdout[-500:], r.stderr[-1500:])
     return json.loads(r.stdout)
 
@@ -55,21 +43,21 @@ def jsonl_steps(job_id: str) -> list[int]:
     return [json.loads(ln)["step"] for f in files for ln in f.read_text().splitlines() if ln.strip()]
 
 
-def test_list_status_and_plot_work_from_the_local_record_once_the_cluster_is_gone(own_cluster, tmp_path):
-    c, storage = own_cluster, tmp_path / "storage-on-the-cluster"
-    ok = submit(c, storage, "+fake.steps=4")
-    bad = submit(c, storage, "+fake.steps=4", "+fake.fail_at=2")
-    assert wait_terminal(c.client(), ok, timeout=180) == "SUCCEEDED"
-    assert wait_terminal(c.client(), bad, timeout=180) == "FAILED"
-    running = submit(c, storage, "+fake.steps=2000", "+fake.step_s=0.5")
+def test_list_status_and_plot_work_from_the_local_record_once_the_cluster_is_gone(fresh_clusters, workdir, tmp_path):
+    c = fresh_clusters.get(((2, 6),), fresh=True)  # a head of this test's own: it is stopped below
+    ok = submit(c, "+fake.steps=4")
+    bad = submit(c, "+fake.steps=4", "+fake.fail_at=2")
+    assert wait_done(c, ok, timeout=180) == "SUCCEEDED"
+    assert wait_done(c, bad, timeout=180) == "FAILED"
+    running = submit(c, "+fake.steps=2000", "+fake.step_s=0.5")
     # The failed job's run dir is not readable here (as on a remote cluster): its curve is in its log only.
-    bad_run = Path(c.client().get_job_info(bad).metadata["run_dir"])
+    bad_run = Path(view(c, bad)["metadata"]["run_dir"])
     bad_run.rename(bad_run.with_name(bad_run.name + ".hidden"))
     assert not (HOME / "runs" / ok / "final.json").exists()  # nothing kept before a view saw it ended
 
     # A plain list keeps each ended job once: row, log tail, the metrics it can read.
     rows = wait_until(lambda: (lambda rs: rs if rs[running]["status"] == "RUNNING" and rs[running]["step"] else None)(
-        {r["id"]: r for r in cli_json("list", "--address", c.address)}), 120, "the long job to run")
+        {r["id"]: r for r in cli_json(c, "list")}), 120, "the long job to run")
     assert (rows[ok]["status"], rows[bad]["status"]) == ("SUCCEEDED", "FAILED")
     a, b = kept(ok), kept(bad)
     assert a["row"]["status"] == "SUCCEEDED" and a["row"]["step"] == 4 and a["metrics_from"] == "jsonl"
@@ -82,47 +70,47 @@ def test_list_status_and_plot_work_from_the_local_record_once_the_cluster_is_gon
     first = (HOME / "runs" / ok / "final.json").read_bytes()
 
     # --keep completes the copies (the failed job's curve from its log); a kept copy is never rewritten.
-    r = rayjobs_cli("list", "--keep", "--address", c.address)
+    r = cli_on(c, "list", "--keep")
     assert r.returncode == 0 and "keeps the final state of 2 ended job(s)" in r.stderr, r.stderr
     assert kept(bad)["metrics_from"] == "log" and jsonl_steps(bad) == [1, 2]
     assert (HOME / "runs" / ok / "final.json").read_bytes() == first
 
-    # The cluster goes (its head stopped by PID), and its storage with it.
+    # The cluster goes (its head stopped by PID), and its storage with it (the queue's store too).
     c.stop()
-    shutil.rmtree(storage)
+    shutil.rmtree(c.storage)
     check_the_local_record(c, ok, bad, running, tmp_path)
 
 
 def check_the_local_record(c: FakeGpuCluster, ok: str, bad: str, running: str, tmp_path: Path) -> None:
     """``list``, ``list --json``, ``status`` and ``plot`` of a cluster that is gone: from the local record, marked."""
-    r = rayjobs_cli("list", "--address", c.address)
+    r = cli_on(c, "list")
     assert r.returncode == 0, r.stderr
     assert f"cluster {c.address} unreachable: showing the local record (3 job(s)" in r.stderr
     table = {ln.split()[0]: ln for ln in r.stdout.splitlines()[1:]}
     assert "SUCCEEDED*" in table[ok] and "4/4" in table[ok] and "FAILED*" in table[bad]
     assert "RUNNING (cluster gone)" in table[running]
-    local = {x["id"]: x for x in cli_json("list", "--address", c.address)}
+    local = {x["id"]: x for x in cli_json(c, "list")}
     assert [local[i]["source"] for i in (ok, bad, running)] == ["local"] * 3
     assert (local[ok]["status"], local[ok]["final"], local[ok]["step"], local[ok]["attempt"]) == ("SUCCEEDED", True, 4, 1)
     assert local[ok]["score"] == pytest.approx(0.9) and local[ok]["end_time"]
     assert local[bad]["status"] == "FAILED" and "fake crash at step 2" in local[bad]["error"]
     assert (local[running]["status"], local[running]["final"]) == ("RUNNING", False)
     assert local[running]["step"] >= 1 and "unknown" in local[running]["message"]
-    assert [x["id"] for x in cli_json("list", "--status", "failed", "--address", c.address)] == [bad]
+    assert [x["id"] for x in cli_json(c, "list", "--status", "failed")] == [bad]
 
-    st = rayjobs_cli("status", bad, "--address", c.address)
+    st = cli_on(c, "status", bad)
     assert st.returncode == 0 and "cluster unreachable" in st.stderr, st.stderr
     assert "status: FAILED*" in st.stdout and "error: RuntimeError: fake crash at step 2" in st.stdout
     assert "source: the local record (kept" in st.stdout
-    row = cli_json("status", running[:-1], "--address", c.address)  # a prefix works as on the cluster
+    row = cli_json(c, "status", running[:-1])  # a prefix works as on the cluster
     assert (row["id"], row["source"], row["final"]) == (running, "local", False)
 
-    logs = rayjobs_cli("logs", bad, "--address", c.address)  # the kept end of its log
+    logs = cli_on(c, "logs", bad)  # the kept end of its log
     assert logs.returncode == 0 and "cluster unreachable" in logs.stderr, logs.stderr
     assert "fake crash at step 2" in logs.stdout and "[rayjobs] job failed: RuntimeError: fake crash at step 2" in logs.stdout
 
     png = tmp_path / "gone.png"
-    plot = cli_json("plot", ok, bad, "-o", str(png), "--address", c.address)
+    plot = cli_json(c, "plot", ok, bad, "-o", str(png))
     assert png.stat().st_size > 0
     got = {j["id"]: j for j in plot["jobs"]}
     assert [got[ok]["source"], got[bad]["source"]] == ["local", "local"]
@@ -130,7 +118,7 @@ def check_the_local_record(c: FakeGpuCluster, ok: str, bad: str, running: str, t
     assert [p[0] for p in got[bad]["series"]["critic/score/mean"]] == [1, 2]
 
     # Keeping needs the cluster: one line, exit 2, nothing written.
-    r = rayjobs_cli("list", "--keep", "--address", c.address)
+    r = cli_on(c, "list", "--keep")
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
 
 
@@ -153,6 +141,13 @@ for i in range(1, N + 1):
 sys.stdout.write("".join(buf))
 sys.stdout.flush()
 """.replace("__N__", str(LINES))
+
+
+def session_json(*args: str) -> Any:
+    """``rayjobs ARGS --json`` against the session's embedded head, parsed."""
+    r = rayjobs_cli(*args, "--json", timeout=180)
+    assert r.returncode == 0, (args, r.stdout[-500:], r.stderr[-1500:])
+    return json.loads(r.stdout)
 
 
 def run_measured(args: list[str], out: Path) -> tuple[int, float, str]:
@@ -209,10 +204,10 @@ def test_a_100k_line_log_is_read_once_in_order_in_bounded_memory(cluster, client
     assert tail_mb - base_mb < budget, (tail_mb, base_mb, size_mb)
 
     t0 = time.perf_counter()
-    st = cli_json("status", job)
+    st = session_json("status", job)
     t1 = time.perf_counter()
     assert (st["status"], st["step"], st["total_steps"]) == ("SUCCEEDED", LINES, LINES)
-    listed = cli_json("list")
+    listed = session_json("list")
     print(f"on the 100k-line job: status {t1 - t0:.2f} s, list {time.perf_counter() - t1:.2f} s (a measurement, not a bound)")
     row = next(x for x in listed if x["id"] == job)
     assert (row["status"], row["step"]) == ("SUCCEEDED", LINES)  # list reads the log's end only

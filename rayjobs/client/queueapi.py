@@ -121,6 +121,10 @@ class QueueAPI:
     def summary(self) -> dict[str, Any]:
         return self.call("GET", "/queue")
 
+    def usage(self, **filters: Any) -> dict[str, Any]:
+        """``GET /v1/usage`` (``user``, ``sweep``, ``since``: epoch s)."""
+        return self.call("GET", "/usage", params={k: v for k, v in filters.items() if v is not None})
+
     def has_code(self, key: str) -> bool:
         try:
             self.call("GET", f"/code/{key}")
@@ -169,10 +173,21 @@ def _head_file(d: Any) -> Optional[dict[str, Any]]:
         return None
 
 
-def _discovered(d: Any) -> Optional[str]:
+def head_session(d: Any) -> Optional[str]:
+    """The Ray session the head runs now (asked afresh: a client may outlive a restart of its head),
+    or None if the dashboard does not say."""
+    try:
+        return str(d.get_json("/api/version").get("session_name") or "") or None
+    except (RayjobsError, AttributeError, TypeError):
+        return None
+
+
+def _discovered(d: Any, session: Optional[str] = None) -> Optional[str]:
     doc = _head_file(d)
     if not doc or not doc.get("port"):
         return None
+    if session and doc.get("session") and doc["session"] != session:
+        return None  # an earlier Ray session's queue wrote it: not this head's
     host = urlsplit(d.address).hostname or "127.0.0.1"
     return f"http://{host}:{int(doc['port'])}"
 
@@ -195,12 +210,18 @@ def connect_queue(d: Any, *, start: bool = True, timeout: float = START_TIMEOUT_
     started = False
     last = ""
     for _ in range(100_000):  # bounded by the deadline
-        url = fixed or _discovered(d)
+        # A queue counts only if it runs in the head's Ray session now: the file or port of a head
+        # stopped and started again may still name (or reach) the queue of the session before.
+        session = head_session(d)
+        url = fixed or _discovered(d, session)
         if url:
             q = QueueAPI(url, d.target.token)
             try:
-                q.health()
-                return q
+                h = q.health()
+                if not session or not h.session or h.session == session:
+                    return q
+                last = (f"the queue at {url} runs in Ray session {h.session}, not in the head's {session} "
+                        "(the queue of a head that was stopped)")
             except QueueDown as e:
                 last = str(e)
         if not start or time.monotonic() >= deadline:
