@@ -21,7 +21,7 @@ from typing import Any
 from rayjobs.shared import __version__
 
 _API = ("Job", "submit_experiment", "submit_sweep", "plan_experiment", "list_jobs", "stop_jobs", "resume_job",
-        "evaluate_checkpoints", "plot_jobs", "compare_sweep", "effective_settings")
+        "evaluate_checkpoints", "plot_jobs", "compare_sweep", "effective_settings", "usage")
 __all__ = [*_API, "JobSpec", "RayjobsError", "__version__"]
 
 

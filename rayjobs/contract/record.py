@@ -53,6 +53,7 @@ class JobRecord:
     stop_asked: bool = False  #: its user stopped it (it ends there, even mid-preemption)
     history: tuple[Mapping[str, Any], ...] = ()  #: events of its life (lost, preempted)
     pruned: bool = False  #: deleted from Ray's job table
+    spans: tuple[tuple[float, float], ...] = ()  #: (admitted, ended) epoch s of each time it held GPUs
     rungs: Mapping[str, Any] = field(default_factory=dict)  #: successive halving: {rung step: its value there}
     halved: Optional[Mapping[str, Any]] = None  #: halved at a rung: {rung, value, rank, of, text}
     updated_at: float = 0.0
@@ -74,6 +75,10 @@ class JobRecord:
     @property
     def done(self) -> bool:
         return self.state == State.DONE
+
+    def span_closed(self, now: float) -> tuple[tuple[float, float], ...]:
+        """Its spans with the current admission's closed at ``now`` (none open: as they are)."""
+        return self.spans + (((float(self.admitted_at), now),) if self.admitted_at else ())
 
     def with_(self, **changes: Any) -> "JobRecord":
         """A copy with ``changes``."""
@@ -114,6 +119,8 @@ class JobRecord:
         for name in ("attempts", "reaped", "history"):
             if name in kw:
                 kw[name] = tuple(kw[name] or ())
+        if "spans" in kw:
+            kw["spans"] = tuple((float(a), float(b)) for a, b in kw["spans"] or ())
         kw["version"] = RECORD_VERSION
         extra = {k: v for k, v in raw.items() if k not in _V1_DERIVED}
         return cls(**kw, extra=extra)

@@ -149,6 +149,19 @@ class RerunRequest:
 
 
 @dataclass
+class UsageReply:
+    """Where the GPU-hours went (``rayjobs usage``): GPU-seconds per part (productive, redone, startup,
+    idle; their sum ``allocated``; ``ettr`` = productive / allocated), ``waited`` seconds, ``jobs``,
+    ``redone_steps`` -- in all, per user, per sweep and per job."""
+
+    total: dict[str, Any]
+    users: dict[str, dict[str, Any]]
+    sweeps: dict[str, dict[str, Any]]
+    jobs: dict[str, dict[str, Any]]
+    at: float = 0.0  #: when it was computed (epoch s, the head's clock)
+
+
+@dataclass
 class QueueSummary:
     """The queue at a glance (``rayjobs cluster``): the line's head with why each waits, the
     running jobs, use per user, the quota, the cluster's totals."""

@@ -187,6 +187,19 @@ async def queue(request: Request) -> Any:
     return answer(jobviews.summary(_rj(request).svc))
 
 
+@router.get("/usage", response_model=wire.UsageReply, summary="Where the GPU-hours went")
+async def usage(request: Request, user: Optional[str] = None, sweep: Optional[str] = None,
+                since: Optional[float] = None) -> Any:
+    import time
+
+    from rayjobs.oncluster import usage as split
+
+    rj = _rj(request)
+    records, now = list(rj.svc.records.values()), time.time()  # a snapshot, taken on the loop's thread
+    got = await rj.in_io(lambda: split.usage(records, now, user=user, sweep=sweep, since=since))
+    return answer(dict(split.to_json(got), at=now))
+
+
 # --------------------------------------------------------------------------- code
 @router.get("/code/{key}", summary="Is this code snapshot on the cluster")
 async def has_code(request: Request, key: str) -> Any:

@@ -47,7 +47,7 @@ def lost_attempt(rec: JobRecord) -> JobRecord:
     lost = rec.lost + 1
     # its new attempt is admitted anew (the runner's "admitted after X s" line must not reuse the old one)
     out = rec.with_(lost=lost, admitted_at=None, history=rec.history + ({"lost_at": time.time()},),
-                    attempts=_ran(rec))
+                    attempts=_ran(rec), spans=rec.span_closed(time.time()))
     if lost <= rec.meta.max_retries:
         return out.with_(state=State.WAITING, note="requeued: the cluster restarted while it ran; it resumes from its checkpoint")
     return out.with_(state=State.DONE, status=Status.FAILED, finished_at=time.time(), cause="cluster restarted",
@@ -63,6 +63,7 @@ def requeued_record(rec: JobRecord, reaped: Sequence[str] = ()) -> JobRecord:
     info = {"by": (rec.preempting or {}).get("by"), "at": time.time(), "checkpoint_step": ckpt,
             "step": last, "redo": max(0, int(last or 0) - int(ckpt or 0))}
     return rec.with_(state=State.WAITING, preempting=None, admitted_at=None, note="", preempted=info,
+                     spans=rec.span_closed(float(info["at"])),
                      preemptions=rec.preemptions + 1, history=rec.history + ({"preempted": info},),
                      reaped=rec.reaped + tuple(reaped), attempts=_ran(rec))
 
@@ -75,9 +76,10 @@ def finish_record(rec: JobRecord, status: str, message: str = "", info: Optional
     meta = rec.meta
     msg = message or str(info.get("message") or "").split(", last available logs")[0]
     attempts = _ran(rec)
-    out = rec.with_(state=State.DONE, status=Status.of(status), finished_at=time.time(),
+    now = time.time()
+    out = rec.with_(state=State.DONE, status=Status.of(status), finished_at=now,
                     message=" ".join(msg.split())[:500], attempts=attempts, preempting=None,
-                    reaped=rec.reaped + tuple(reaped))
+                    reaped=rec.reaped + tuple(reaped), spans=rec.span_closed(now))
     if info.get("driver_node_id"):
         out = out.with_(log={"node_id": str(info["driver_node_id"]), "file": f"job-driver-{rec.id}.log"})
     if info.get("start_time"):

@@ -279,6 +279,8 @@ def _ended_log_facts(row: dict[str, Any], job: Any, dash: Optional["Dashboard"],
     except Exception:
         return  # a dead node, a restarting dashboard, pruned meanwhile: the row stays with what the queue kept
     row["total_steps"], row["wandb_url"] = p.total, p.wandb_url
+    if row["step"] is None and p.step is not None:  # no metrics file kept (a plain log's progress only)
+        row["step"], row["score"] = p.step, p.last.get("critic/score/mean")
     if row["status"] == "FAILED":
         row["error"] = logparse.failure_line(tail)
     if p.failures:

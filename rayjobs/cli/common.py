@@ -1,0 +1,45 @@
+"""What the command modules share: the ``--address`` option, chatter on stderr, exits, a closed pipe."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Optional
+
+import click
+
+ADDRESS = click.option("--address", default=None, metavar="URL",
+                       help="Ray dashboard address (default: RAY_API_SERVER_ADDRESS, RAY_ADDRESS, the connected cluster, or the embedded local one).")
+
+
+def _say(msg: str) -> None:
+    click.echo(f"rayjobs: {msg}", err=True)
+
+
+def _open(address: Optional[str]) -> Any:
+    """The :class:`~rayjobs.client.dashboard.Dashboard` for ``address`` (the settings' if None)."""
+    from rayjobs.client.connection import connect
+
+    return connect(address)
+
+
+def _exit(code: int) -> None:
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        pass
+    sys.exit(code)
+
+
+def _pipe_safe(fn: Any) -> Any:
+    """``rayjobs tail ID | head``: a closed stdout ends the command quietly (exit 0)."""
+    import os
+
+    def go() -> int:
+        try:
+            return fn()
+        except BrokenPipeError:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())  # no second error when Python flushes at exit
+            return 0
+
+    return go

@@ -1,0 +1,102 @@
+"""Where the GPU-hours went (rayjobs.oncluster.usage): the split, pure, on hand-made attempts; then on
+a real cluster with a retry, a preemption and a stop, through `rayjobs usage`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from schedfakes import record  # noqa: E402
+
+from rayjobs.api.usage import since_ts  # noqa: E402
+from rayjobs.contract.status import State  # noqa: E402
+from rayjobs.errors import ConfigError  # noqa: E402
+from rayjobs.oncluster.usage import Attempt, kept_and_redone, split_job, usage, waited_s  # noqa: E402
+
+
+def _attempt(n: int, steps: range, last_at: float, step_s: float = 1.0) -> Attempt:
+    return Attempt(n, tuple((s, step_s) for s in steps), last_at)
+
+
+def test_a_resumed_attempt_replaces_the_steps_after_its_checkpoint() -> None:
+    a1 = _attempt(1, range(1, 8), 100.0)  # steps 1..7, checkpoint at 4
+    a2 = _attempt(2, range(5, 11), 200.0)  # resumed from 4: 5..7 again, then 8..10
+    kept, redone, n = kept_and_redone([a1, a2])
+    assert (kept, redone, n) == (10.0, 3.0, 3)
+
+
+def test_the_parts_add_up_to_the_allocation() -> None:
+    # 2 GPUs; span 1: admitted at 0, first step at 10 (7 steps of 1 s end at 17), stopped at 20
+    # span 2: admitted at 50, first step at 60, 6 steps end at 66, ended at 66
+    attempts = [_attempt(1, range(1, 8), 17.0), _attempt(2, range(5, 11), 66.0)]
+    s = split_job([(0.0, 20.0), (50.0, 66.0)], 2, attempts, waited=30.0)
+    assert s.allocated == pytest.approx(2 * 36.0)
+    assert (s.productive, s.redone, s.startup, s.idle) == pytest.approx((20.0, 6.0, 40.0, 6.0))
+    assert s.redone_steps == 3 and s.to_json()["ettr"] == pytest.approx(20 / 72)
+
+
+def test_a_span_without_a_step_is_all_start_up_and_the_wait_counts_every_gap() -> None:
+    s = split_job([(0.0, 30.0)], 1, [], waited=0.0)
+    assert (s.startup, s.productive, s.idle) == (30.0, 0.0, 0.0)
+    rec = record("j", [1], at=100.0, state=State.DONE).with_(spans=((110.0, 150.0), (170.0, 200.0)))
+    assert waited_s(rec, rec.spans, now=1e9) == 30.0
+
+
+def test_usage_sums_per_user_and_sweep_and_filters() -> None:
+    recs = [record(f"s-{i}", [1], at=0.0, user="ann" if i else "bob", sweep="s", state=State.DONE)
+            .with_(spans=((10.0, 20.0),)) for i in range(3)]
+    u = usage(recs, now=100.0, facts=lambda run_dir, attempts: [])
+    assert u.total.allocated == 30.0 and u.users["ann"].jobs == 2 and u.sweeps["s"].allocated == 30.0
+    assert usage(recs, now=100.0, user="bob", facts=lambda *a: []).total.jobs == 1
+    assert usage(recs, now=100.0, since=50.0, facts=lambda *a: []).total.jobs == 0
+
+
+def test_since_takes_a_duration_and_refuses_anything_else() -> None:
+    assert since_ts("7d", now=1_000_000.0) == 1_000_000.0 - 7 * 86400
+    with pytest.raises(ConfigError, match="give a duration such as 7d"):
+        since_ts("last week")
+
+
+def test_usage_on_a_real_cluster_matches_what_happened(fresh_clusters, workdir) -> None:
+    """A retried job (crash at step 3, resumed from its checkpoint), a preempted one and a stopped
+    one: the redone steps are the queue's redo counts and the retry's, the parts add up."""
+    from conftest import cli_on, send_on, view, wait_done, wait_until
+
+    c = fresh_clusters.get(((1, 6),), fresh=True)
+    base = ("+fake.hold_gpus=true", "trainer.n_gpus_per_node=1", "trainer.save_freq=2", "+fake.step_s=0.3")
+    retried = send_on(c, *base, "+fake.steps=6", "+fake.fail_at=3", "rayjobs.max_retries=1")
+    assert wait_done(c, retried, timeout=180) == "SUCCEEDED"
+    victim = send_on(c, *base, "+fake.steps=30", "rayjobs.preemptible=true")
+    wait_until(lambda: (view(c, victim).get("rungs") is not None) and view(c, victim)["status"] == "RUNNING"
+               and (Path(view(c, victim)["metadata"]["run_dir"]) / "metrics.1.jsonl").exists(), 120, "the victim to train")
+    wait_until(lambda: Path(view(c, victim)["metadata"]["checkpoint_dir"], "latest_checkpointed_iteration.txt").exists(),
+               120, "the victim's first checkpoint")
+    urgent = send_on(c, *base, "+fake.steps=2", "rayjobs.priority=10")
+    assert wait_done(c, urgent, timeout=240) == "SUCCEEDED"
+    assert wait_done(c, victim, timeout=240) == "SUCCEEDED"
+    stopped = send_on(c, *base, "+fake.steps=200")
+    wait_until(lambda: view(c, stopped)["status"] == "RUNNING", 120, "the last job to run")
+    r = cli_on(c, "stop", stopped)
+    assert r.returncode == 0, r.stderr
+    assert wait_done(c, stopped, timeout=120) == "STOPPED"
+
+    r = cli_on(c, "usage", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    jobs = doc["jobs"]
+    for jid in (retried, victim, urgent, stopped):
+        s = jobs[jid]
+        parts = s["productive"] + s["redone"] + s["startup"] + s["idle"]
+        assert s["allocated"] > 0 and abs(parts - s["allocated"]) <= 0.01 * s["allocated"], s
+    assert jobs[victim]["redone_steps"] == view(c, victim)["preempted"]["redo"]
+    assert jobs[retried]["redone_steps"] == 1  # crashed after step 3, resumed from step 2's checkpoint
+    assert jobs[urgent]["redone_steps"] == 0 and jobs[urgent]["productive"] > 0
+    assert jobs[stopped]["idle"] + jobs[stopped]["startup"] > 0
+    total = doc["total"]
+    assert total["allocated"] == pytest.approx(sum(jobs[j]["allocated"] for j in jobs), rel=1e-6)
+    table = cli_on(c, "usage")
+    assert table.returncode == 0 and table.stdout.splitlines()[1].startswith("all"), table.stdout
