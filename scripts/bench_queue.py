@@ -36,7 +36,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 import benchlib  # noqa: E402
 
-from test_queue_cluster import FakeGpuCluster  # noqa: E402  (benchlib puts tests/ on sys.path)
+from clusters import FakeGpuCluster  # noqa: E402  (benchlib puts tests/ on sys.path)
 
 from rayjobs.shared import parse_stamp  # noqa: E402
 

@@ -13,7 +13,7 @@ import pytest
 
 from rayjobs.submit import compose
 from rayjobs.errors import ConfigError
-from rayjobs.submit.spec import Context, build_spec, format_value
+from rayjobs.submit.spec import wandb_run, Context, build_spec, format_value
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -204,7 +204,7 @@ def test_secrets_never_in_the_job(fixed_env):
     with pytest.raises(ConfigError, match="looks like a secret"):
         build_spec(compose.compose(["+exp=ppo_gsm8k_qwen05b", "+rayjobs.env.WANDB_API_KEY=abc"]), CTX)
     ok = build_spec(compose.compose(["+exp=ppo_gsm8k_qwen05b", "+rayjobs.env.WANDB_MODE=offline"]), CTX)
-    assert ok.runtime_env["env_vars"] == {"WANDB_MODE": "offline"}
+    assert ok.runtime_env["env_vars"] == {"WANDB_MODE": "offline", **wandb_run(ok.metadata["run"])}  # no secret
 
 
 def test_user_presets_win(fixed_env, tmp_path):

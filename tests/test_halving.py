@@ -123,7 +123,7 @@ def test_a_halved_sweep_stops_the_bottom_points_at_a_checkpoint_and_the_best_suc
     from conftest import cli_on, submit_ids, view, wait_done
 
     offsets = [0.5, 0.0, 0.4, 0.1, 0.3, 0.2]
-    ids = submit_ids(one_node, "-m", "+exp=fake_ppo", "+fake.hold_gpus=true", "+fake.steps=12", "+fake.step_s=0.5",
+    ids = submit_ids(one_node, "-m", "+exp=fake_ppo", "+fake.hold_gpus=true", "+fake.steps=16", "+fake.step_s=0.5",
                      "trainer.save_freq=2", f"+fake.score_offset={','.join(map(str, offsets))}",
                      "rayjobs.halving.metric=critic/score/mean", "rayjobs.halving.rungs=[4]", "rayjobs.halving.keep=0.5",
                      cwd=workdir)
@@ -135,10 +135,12 @@ def test_a_halved_sweep_stops_the_bottom_points_at_a_checkpoint_and_the_best_suc
     halved = [i for i in ids if views[i].get("halved")]
     assert halved and all(status[i] == "STOPPED" for i in halved), status
     assert set(ids) == set(halved) | {i for i in ids if status[i] == "SUCCEEDED"}, status  # nothing else happened
+    assert not [i for i in ids if status[i] == "SUCCEEDED" and views[i].get("halved")]  # ended first: not halved
     for i in halved:
         h = views[i]["halved"]
         assert h["rung"] == 4 and h["rank"] > -(-h["of"] // 2) and h["text"].startswith("halved at step 4: "), h
-        assert views[i]["checkpoint_step"] is not None and views[i]["checkpoint_step"] >= 4  # stopped at a checkpoint
+        ckpt = views[i]["checkpoint_step"]
+        assert ckpt is not None and 4 <= ckpt < 16, views[i]  # stopped at a checkpoint after the rung, before the end
         assert views[i]["rungs"] == {"4": h["value"]}
     for i in ids:  # every point reached the rung (the waiting ones started in the halved ones' place)
         assert "4" in views[i]["rungs"], views[i]

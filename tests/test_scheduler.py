@@ -157,7 +157,7 @@ def test_victims_are_the_set_that_loses_the_least_work() -> None:
     view = cluster(node("n0", 4, free=0), holdings=holdings(saved=2, stale=1, stale2=1))
     d = decide(st, view, Policy(), NOW)
     assert [a.id for a in d.of(Preempt)] == ["saved"]
-    assert "least work lost: 2 GPU x 20 s since its last checkpoint" in d.of(Preempt)[0].why
+    assert "least work lost: 2 GPU x 20.0 s since its last checkpoint" in d.of(Preempt)[0].why
     st.running["saved"].checkpoint_at = NOW - 2000  # now 4,000 GPU-s: the two 1-GPU jobs lose less (1,600)
     assert sorted(a.id for a in decide(st, view, Policy(), NOW).of(Preempt)) == ["stale", "stale2"]
 

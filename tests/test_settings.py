@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from rayjobs.submit import spec
+
 from conftest import REPO, queue_status, rayjobs_cli, rayjobs_submit, wait_until
 from rayjobs import settings
 from rayjobs.errors import ConfigError
@@ -244,7 +246,8 @@ def test_dry_run_takes_wandb_project_entity_and_storage_from_the_project_file(wo
     assert cfg["trainer"]["project_name"] == "team-rl"  # the settings' project over the preset's verl_examples
     assert cfg["rayjobs"]["storage"] == str(storage)
     assert cfg["rayjobs"]["env"] == {"WANDB_MODE": "offline", "WANDB_ENTITY": "rl-team"}
-    assert job["runtime_env"]["env_vars"] == {"WANDB_MODE": "offline", "WANDB_ENTITY": "rl-team"}
+    assert job["runtime_env"]["env_vars"] == {"WANDB_MODE": "offline", "WANDB_ENTITY": "rl-team",
+                                              **spec.wandb_run(job["metadata"]["run"])}
     assert job["metadata"]["checkpoint_dir"] == f"{storage}/checkpoints/team-rl/{run}"
     assert job["metadata"]["run_dir"] == f"{storage}/runs/team-rl/{run}"
     words = job["entrypoint"].split()

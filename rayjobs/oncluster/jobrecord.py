@@ -61,7 +61,7 @@ def requeued_record(rec: JobRecord, reaped: Sequence[str] = ()) -> JobRecord:
     ckpt = saved_step(rec.meta.checkpoint_dir)
     last = (last_metrics(rec.meta.run_dir) or {}).get("step")
     info = {"by": (rec.preempting or {}).get("by"), "at": time.time(), "checkpoint_step": ckpt,
-            "step": last, "redo": max(0, int(last or 0) - int(ckpt or 0))}
+            "step": last, "redo": max(0, int(last or 0) - int(ckpt or 0)), "why": (rec.preempting or {}).get("why")}
     return rec.with_(state=State.WAITING, preempting=None, admitted_at=None, note="", preempted=info,
                      spans=rec.span_closed(float(info["at"])),
                      preemptions=rec.preemptions + 1, history=rec.history + ({"preempted": info},),

@@ -5,10 +5,12 @@
   user's job waits for GPUs: alone on the cluster a user may use all of it (GPUs never idle for a
   rule). A job it holds back waits as ``QUEUED (quota)``; it does not block the line (jobs behind
   it may start).
-* **Victims**: the preemptible jobs of lower priority whose GPUs, freed, let the waiting job fit,
-  taken lowest priority first, then the youngest (the least work lost), as few as that order gives.
+* **Victims**: among the preemptible jobs of lower priority, the set whose GPUs, freed, let the
+  waiting job fit and that loses the least work (:func:`cheapest_victims`: GPUs x seconds since each
+  one's last checkpoint, then the fewest, lower priority, the youngest); or, with the head's
+  ``RAYJOBS_PREEMPT_ORDER=priority``, lowest priority first, then the youngest (:func:`victims`).
 
-No Ray and no I/O here: the queue actor (:mod:`rayjobs.oncluster.queueactor`) passes what it knows.
+No Ray and no I/O here: the scheduler (:mod:`rayjobs.oncluster.scheduler`) passes what it knows.
 """
 
 from __future__ import annotations

@@ -337,6 +337,8 @@ class QueueService:
         done = finish_record(rec, status, message, info, reaped or [])
         if rec.halved and status == "STOPPED":  # its user did not stop it: its sweep's halving did
             cause, done = str(rec.halved.get("text")), done.with_(message=str(rec.halved.get("text")))
+        elif rec.halved:  # it ended before the stop took: not halved (its values at rungs stay)
+            done = done.with_(halved=None, stop_asked=False)
         if cause:
             done = done.with_(cause=cause)
         done = self._put(done)

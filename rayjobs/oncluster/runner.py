@@ -22,6 +22,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import sys
 import time
 from pathlib import Path
@@ -122,10 +123,15 @@ def watch_checkpoints(meta: dict[str, Any], proc: subprocess.Popen, metrics: Opt
 
     run_dir = Path(meta["run_dir"]) if meta.get("run_dir") else None
     def ready() -> None:
-        try:
-            head_client()
-        except Exception:  # noqa: BLE001 (the stop says so, if it fails too)
-            pass
+        def build() -> None:
+            try:
+                head_client()
+            except Exception:  # noqa: BLE001 (the stop says so, if it fails too)
+                pass
+
+        # off the watch's thread: building Ray's client takes seconds on a busy node, and the watch
+        # must keep looking for the checkpoint the stop waits for meanwhile
+        threading.Thread(target=build, name="rayjobs-head-client", daemon=True).start()
 
     return CheckpointWatch(meta.get("checkpoint_dir"), run_dir, job_id, log, stop, STARTED_AT, ready, metrics).start()
 
@@ -160,6 +166,7 @@ def run_attempt(cmd: list[str], env: dict[str, str], cwd: Optional[str] = None,
     if cwd is not None and not _same_dir(cwd, "."):
         log(f"the job's working dir {cwd} was unpacked again while this job waited; the trainer starts in the new one")
     proc = subprocess.Popen(cmd, env=env, cwd=cwd)
+    log(f"trainer started (pid {proc.pid}) at {stamp()}")   # a start-up mark (docs/gpu-e2e.md §10)
     metrics = Path(env["VERL_FILE_LOGGER_PATH"]) if env.get("VERL_FILE_LOGGER_PATH") else None
     watch = watch_checkpoints(meta, proc, metrics) if meta is not None else None
     stopped: list[int] = []
@@ -346,6 +353,43 @@ def resolve_latest(argv: list[str]) -> list[str]:
     return out
 
 
+#: Node-local caches kept across jobs (issue 33): each variable the job's environment does not set
+#: points to a subdir of ``$RAYJOBS_NODE_CACHE`` (default :data:`NODE_CACHE_DEFAULT`; the node
+#: script creates it; ``off`` sets none). vLLM's, torch inductor's, Triton's, the CUDA driver's
+#: (PTX JIT) and torch's C++ extension caches; their defaults (``~/.cache``, ``/tmp``) may be per
+#: container or shared over NFS. ``RAYJOBS_NODE_CACHE_PYC=1`` adds ``PYTHONPYCACHEPREFIX`` (Python
+#: byte code): only for a stack installed read-only without byte code, since with a prefix Python
+#: ignores the ``__pycache__`` dirs pip wrote and a node's first job compiles everything again.
+NODE_CACHE_ENV = "RAYJOBS_NODE_CACHE"
+NODE_CACHE_DEFAULT = f"/tmp/rayjobs-cache-{os.getuid()}"
+NODE_CACHES = {"VLLM_CACHE_ROOT": "vllm", "TORCHINDUCTOR_CACHE_DIR": "torchinductor",
+               "TRITON_CACHE_DIR": "triton", "CUDA_CACHE_PATH": "nv", "TORCH_EXTENSIONS_DIR": "torch_extensions"}
+PYC_CACHE = ("PYTHONPYCACHEPREFIX", "pyc")
+
+
+def node_cache_env(env: dict[str, str], argv: Optional[list[str]] = None) -> dict[str, str]:
+    """``{VAR: dir}``: the node cache variables the job gets, each one ``env`` does not set and
+    the command does not pass to verl's actors itself (``...runtime_env.env_vars.VAR=``)."""
+    root = env.get(NODE_CACHE_ENV, NODE_CACHE_DEFAULT).strip()
+    if root.lower() in ("", "0", "off", "false", "none"):
+        return {}
+    caches = dict(NODE_CACHES)
+    if env.get("RAYJOBS_NODE_CACHE_PYC", "").strip().lower() in ("1", "true", "yes"):
+        caches[PYC_CACHE[0]] = PYC_CACHE[1]
+    given = {a.lstrip("+~").partition("=")[0] for a in argv or []}
+    out = {}
+    for var, sub in caches.items():
+        if env.get(var) or f"ray_kwargs.ray_init.runtime_env.env_vars.{var}" in given:
+            continue
+        path = Path(root).expanduser() / sub
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            continue
+        out[var] = str(path)
+    return out
+
+
 def attempt_env(argv: list[str], meta: dict[str, Any], base_env: dict[str, str], run_dir: Optional[Path],
                 used: int, retries: int) -> tuple[dict[str, str], list[str]]:
     """The environment and command of the next attempt (its own metrics file, the job's mark)."""
@@ -362,6 +406,10 @@ def attempt_env(argv: list[str], meta: dict[str, Any], base_env: dict[str, str],
     job_id = str(meta.get("job_submission_id") or "")
     if job_id:
         env[JOB_MARK_ENV] = job_id
+    caches = node_cache_env(base_env, argv)
+    env.update(caches)
+    if caches:
+        log(f"node cache {env.get(NODE_CACHE_ENV, NODE_CACHE_DEFAULT)}: {', '.join(caches)}")
     if meta.get("kind") == "verl":
         # verl's actors (its file logger in TaskRunner, vLLM in the rollout workers) get their
         # environment from the runtime_env verl passes to ray.init, not from this driver's.
@@ -370,6 +418,7 @@ def attempt_env(argv: list[str], meta: dict[str, Any], base_env: dict[str, str],
             cmd.append(f"{renv}.VERL_FILE_LOGGER_PATH='{env['VERL_FILE_LOGGER_PATH']}'")
         if job_id:
             cmd.append(f"{renv}.{JOB_MARK_ENV}='{job_id}'")
+        cmd += [f"{renv}.{var}='{path}'" for var, path in caches.items()]
     return env, cmd
 
 

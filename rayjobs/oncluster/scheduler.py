@@ -337,7 +337,8 @@ def _hold_behind(p: Pass, w: Waiting, why: str) -> None:
 
 def _preempt_for(p: Pass, w: Waiting, nodes: list[capacity.Node]) -> bool:
     """Have preemptible jobs of lower priority stopped at their next checkpoint so that ``w`` fits
-    (:func:`rayjobs.oncluster.policy.victims` chooses them); True if ``w`` waits for such stops."""
+    (:func:`rayjobs.oncluster.policy.cheapest_victims` chooses them: the least work lost; with
+    ``victim_order=priority``, :func:`~rayjobs.oncluster.policy.victims`); True if ``w`` waits for such stops."""
     victims = sorted(v for v, by in p.preempting.items() if by == w.id)
     if not victims:
         cands = sorted((r for r in p.state.running.values() if _can_preempt(p, r, w)),
@@ -349,7 +350,7 @@ def _preempt_for(p: Pass, w: Waiting, nodes: list[capacity.Node]) -> bool:
             chosen, why = team.victims(w.req.groups, nodes, p.reserved, cands, held), "lowest priority, then youngest"
         else:
             chosen = team.cheapest_victims(w.req.groups, nodes, p.reserved, cands, held, lambda r: _loss(p, r))
-            why = "the least work lost: " + ", ".join(f"{r.req.gpus} GPU x {_since_checkpoint(p, r):.0f} s since "
+            why = "the least work lost: " + ", ".join(f"{r.req.gpus} GPU x {_since_checkpoint(p, r):.1f} s since "
                                                        f"its last checkpoint" for r in chosen)
         if not chosen:
             return False
