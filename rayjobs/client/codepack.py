@@ -2,39 +2,70 @@
 its content (:func:`rayjobs.contract.wire.code_key`), so the queue keeps one snapshot per content and
 a sweep -- or the next submit of unchanged code -- uploads nothing twice.
 
-The files are Ray's own choice (its working_dir traversal: ``.gitignore`` and ``rayjobs.excludes``
-honoured, as :mod:`rayjobs.submit.workingdir` counts them); the archive is deterministic (sorted
-names, one fixed time stamp, the files' permission bits), so the same files give the same key on
-any machine.
+The files are those Ray's working_dir upload would take -- the same walk and ignore rules as its
+packaging (``rayjobs.excludes``, and each directory's ``.gitignore`` and ``.rayignore``, matched as
+git does, by ``pathspec``, the matcher Ray vendors), without importing Ray (its import costs a
+submit a second of CPU); the archive is deterministic (sorted names, one fixed time stamp, the
+files' permission bits), so the same files give the same key on any machine.
 """
 
 from __future__ import annotations
 
 import hashlib
-import logging
 import os
 import stat
 import tempfile
 import threading
 import zipfile
 from pathlib import Path
+from typing import Callable, Iterable
 
 from rayjobs.contract.wire import code_key
 
-_QUIET = logging.getLogger("rayjobs.quiet")
-_QUIET.setLevel(logging.CRITICAL)
 _EPOCH = (1980, 1, 1, 0, 0, 0)
 _MEMO: dict[tuple[str, tuple[str, ...]], tuple[tuple, str, Path]] = {}
 _LOCK = threading.Lock()
 
 
+Matcher = Callable[[Path], bool]
+
+
+def _matcher(base: Path, patterns: Iterable[str]) -> Matcher:
+    """True for a path ``patterns`` (git's wildmatch, relative to ``base``) exclude."""
+    import pathspec
+
+    spec = pathspec.PathSpec.from_lines("gitwildmatch", patterns)
+    return lambda p: spec.match_file(str(p.relative_to(base)))
+
+
+def _ignore_files(d: Path) -> list[Matcher]:
+    """The directory's own ``.gitignore`` and ``.rayignore``, as Ray reads them."""
+    out = []
+    for name in (".gitignore", ".rayignore"):
+        f = d / name
+        if f.is_file():
+            out.append(_matcher(d, f.read_text(errors="replace").splitlines()))
+    return out
+
+
+def _travel(path: Path, excludes: list[Matcher], found: list[Path]) -> None:
+    """Ray's walk: a path an exclude matches is skipped with all below it; a directory's ignore files
+    apply below it (and to it)."""
+    new = _ignore_files(path) if path.is_dir() and not path.is_symlink() else []
+    excludes.extend(new)
+    if not any(e(path) for e in excludes):
+        found.append(path)
+        if path.is_dir():
+            for sub in path.iterdir():
+                _travel(sub, excludes, found)
+    del excludes[len(excludes) - len(new):]
+
+
 def files(root: str, excludes: list[str]) -> list[Path]:
     """The files (and empty dirs) Ray would upload of ``root``, sorted."""
-    from ray._private.runtime_env.packaging import _dir_travel, _get_excludes
-
     top = Path(root).absolute()
     found: list[Path] = []
-    _dir_travel(top, [_get_excludes(top, excludes)], found.append, include_gitignore=True, logger=_QUIET)
+    _travel(top, [_matcher(top, excludes)], found)
     return sorted(p for p in found if p != top)
 
 

@@ -153,9 +153,10 @@ def _column_values_cached(path: str, column: str, _mtime: int, _size: int) -> Op
         note("pyarrow is not installed: the reward-per-data_source check is skipped")
         return None
     try:
-        if column not in pq.read_schema(path).names:
+        f = pq.ParquetFile(path)  # not read_table: that imports pyarrow.dataset and pandas (~0.5 s a submit)
+        if column not in f.schema_arrow.names:
             return ["<missing column>"]
-        col = pq.read_table(path, columns=[column]).column(column)
+        col = f.read(columns=[column]).column(column)
         return sorted({str(v) for v in col.unique().to_pylist()})
     except Exception as e:
         note(f"could not read {path}: {type(e).__name__}")

@@ -3,21 +3,17 @@
 Ray's SDK zips the working_dir and uploads it into the GCS at submit time, and refuses a package of
 its gRPC message size or more (512 MiB) -- after zipping it all. Here the size after Ray's own
 excludes (``rayjobs.excludes`` and ``.gitignore``) is summed first, so a too-big directory is one
-line at dry-run, not a minute of zipping. The walk is Ray's own (``ray._private...packaging``):
-the same files, the same ignore rules, by construction; it is the one Ray private rayjobs uses on
-the laptop, and only for this count.
+line at dry-run, not a minute of zipping. The walk is the code archive's
+(:func:`rayjobs.client.codepack.files`: Ray's rules, without importing Ray).
 """
 
 from __future__ import annotations
 
-import logging
 import os
 from pathlib import Path
 
 from rayjobs.errors import ConfigError
 
-_QUIET = logging.getLogger("rayjobs.quiet")
-_QUIET.setLevel(logging.CRITICAL)
 
 
 def max_package_bytes() -> int:
@@ -26,18 +22,10 @@ def max_package_bytes() -> int:
 
 
 def size_bytes(path: str, excludes: list[str]) -> int:
-    """Bytes Ray would upload for ``path`` (its own traversal, .gitignore and excludes honoured)."""
-    from ray._private.runtime_env.packaging import _dir_travel, _get_excludes
+    """Bytes Ray would upload for ``path`` (its walk: .gitignore, .rayignore and excludes honoured)."""
+    from rayjobs.client.codepack import files
 
-    root = Path(path).absolute()
-    total = [0]
-
-    def handler(p: Path) -> None:
-        if p.is_file() and not p.is_symlink():
-            total[0] += p.stat().st_size
-
-    _dir_travel(root, [_get_excludes(root, excludes)], handler, include_gitignore=True, logger=_QUIET)
-    return total[0]
+    return sum(p.stat().st_size for p in files(path, excludes) if p.is_file() and not p.is_symlink())
 
 
 def check(path: str, excludes: list[str]) -> None:
