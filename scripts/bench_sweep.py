@@ -7,7 +7,11 @@ of them after submission is cheap; between rounds the benchmark waits until ever
 Also times where a sweep's per-point milliseconds go (in-process), and the launcher's shared
 composition against composing each point from a plain container (the previous path).
 
-    sudo .venv/bin/python scripts/bench_sweep.py [--points 50] [--rounds 3]
+Then the big sweep (issue 30): ``--big`` points (default 1,000) from one command to a head whose
+queue is on (they wait there as records; none is a Ray job until it fits), wall time until the
+last id is on stdout, and ``rayjobs list`` over them.
+
+    sudo .venv/bin/python scripts/bench_sweep.py [--points 50] [--rounds 3] [--big 1000]
 """
 
 from __future__ import annotations
@@ -129,8 +133,38 @@ def per_point_profile(sweep_args: list[str], n: int) -> dict[str, float]:
     return out
 
 
+def big_sweep(work: Path, env: dict[str, str], n: int, rounds: int) -> dict[str, Any]:
+    """``n`` points from one command to a head with its queue on: wall, CPU, ids on stdout; then ``rayjobs list``."""
+    from rayjobs.client import embedded
+
+    env = {k: v for k, v in env.items() if k != "RAYJOBS_QUEUE"}
+    os.environ.pop("RAYJOBS_QUEUE", None)
+    embedded.start(num_gpus=1, quiet=True)
+    out: dict[str, Any] = {"walls": [], "cpus": [], "ids": [], "list": []}
+    try:
+        for r in range(rounds):
+            cmd = [PY, "-m", "rayjobs.submit", "-m", "+exp=fake_ppo", "+fake.steps=1", "+fake.step_s=0",
+                   f"trainer.total_epochs=range({r * n + 1},{(r + 1) * n + 1})", "rayjobs.priority=-1"]
+            import resource
+
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            t = time.perf_counter()
+            done = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=600)
+            out["walls"].append(time.perf_counter() - t)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            out["cpus"].append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+            if done.returncode != 0:
+                raise RuntimeError(done.stderr[-2000:])
+            out["ids"].append(len(done.stdout.split()))
+            out["list"].append(benchlib.timed([str(BIN / "rayjobs"), "list", "--json"], env=env, cwd=str(work)))
+    finally:
+        embedded.stop()
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--big", type=int, default=1000, help="points of the big sweep (0: skip it)")
     ap.add_argument("--points", type=int, default=50)
     ap.add_argument("--rounds", type=int, default=3, help="rounds of the one-command sweep (the raw loop runs once)")
     a = ap.parse_args()
@@ -198,6 +232,7 @@ def main() -> None:
             submitted = len(client.list_jobs())
         finally:
             embedded.stop()
+        big = big_sweep(work, env, a.big, 2) if a.big else None
     shutil.rmtree(root, ignore_errors=True)
 
     m = {k: benchlib.median(v) for k, v in res.items()}
@@ -229,6 +264,15 @@ Cold processes; every job ended before the next measurement ({submitted} jobs su
 The first point is the config Hydra composed for the sweep with the first values set; every other
 point is an unpickled copy of it with the swept keys set, and its plain copy (hash, preflight,
 ledger) is the base's with those leaves set; points that change a config group are composed in full.
+"""
+    if big:
+        bw = benchlib.median(big["walls"])
+        md += f"""
+**{a.big} points from one command** (`python -m rayjobs.submit -m +exp=fake_ppo trainer.total_epochs=range(..)`,
+the head's queue on, {len(big["walls"])} runs): wall {', '.join(f'{w:.2f}' for w in big["walls"])} s (median {bw:.2f} s,
+target ≤ 10 s: {"met" if bw <= 10 else "missed"}), CPU {', '.join(f'{c:.1f}' for c in big["cpus"])} s, ids on stdout
+{', '.join(map(str, big["ids"]))}; `rayjobs list --json` over them: {', '.join(f'{x:.2f}' for x in big["list"])} s.
+The 50-point one-command sweep against the floor: {ours_s / m[FLOOR_LABEL]:.2f}× (target ≤ 1.2×).
 """
     benchlib.write_section("sweep", md)
     print(md)

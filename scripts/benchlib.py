@@ -62,9 +62,19 @@ def timed(cmd: Sequence[str], env: dict | None = None, cwd: str | None = None) -
     return dt
 
 
-def interleaved(fns: dict[str, Callable[[], float]], rounds: int) -> dict[str, list[float]]:
+def timed_cpu(cmd: Sequence[str], env: dict | None = None, cwd: str | None = None) -> tuple[float, float]:
+    """(wall s, whole-process CPU s: user + system of the command and its children) of one command."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    wall = timed(cmd, env=env, cwd=cwd)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def interleaved(fns: dict[str, Callable[[], object]], rounds: int) -> dict[str, list]:
     """Run each measurement ``rounds`` times, alternating, so drift hits all alike."""
-    out: dict[str, list[float]] = {k: [] for k in fns}
+    out: dict[str, list] = {k: [] for k in fns}
     for _ in range(rounds):
         for k, fn in fns.items():
             out[k].append(fn())
