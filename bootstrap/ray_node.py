@@ -181,9 +181,25 @@ def prepare_env(cfg: Config) -> None:
         os.environ["RAYJOBS_STORAGE"] = cfg.storage
     if cfg.head:  # the queue (on the head) submits the jobs it admits to this dashboard
         os.environ["RAYJOBS_DASHBOARD"] = f"http://127.0.0.1:{cfg.dashboard_port}"
+    node_cache()
     # Entrypoints run with the PATH of `ray start`: this interpreter's python3 comes first.
     os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
     log(f"secrets for the Ray processes: {', '.join(v for v in _forwarded() if os.environ.get(v)) or 'none'}")
+
+
+def node_cache() -> None:
+    """Create this node's cache dir for the jobs (``$RAYJOBS_NODE_CACHE``, default as in
+    ``rayjobs.oncluster.runner.NODE_CACHE_DEFAULT``) and pass its path to the Ray processes;
+    each job's runner points vLLM's, torch's and Triton's caches into it (issue 33)."""
+    root = os.environ.get("RAYJOBS_NODE_CACHE", f"/tmp/rayjobs-cache-{os.getuid()}").strip()
+    if root.lower() in ("", "0", "off", "false", "none"):
+        return
+    try:
+        Path(root).expanduser().mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        log(f"warning: cannot create the node cache {root} ({e.strerror}): jobs keep their default caches")
+        return
+    os.environ["RAYJOBS_NODE_CACHE"] = root
 
 
 # --------------------------------------------------------------------------- probes

@@ -27,7 +27,7 @@ for f in $G/site/bin/*; do
   if head -c2 "$f" | grep -q '#!'; then sed -i '1s|^#!.*python.*$|#!/usr/bin/env python3|' "$f"; fi
 done
 rm -f $G/site.tar.xz $G/p*/site.part.*
-tar -cf - -C $G site | xz -T0 -6 > $G/site.tar.xz
+tar -cf - -C $G site | xz -T0 -2 > $G/site.tar.xz   # -2: 187 MB in 2 min on 2 busy cores (-6: 171 MB, >15 min there)
 (cd $G && split -b 60m -d site.tar.xz site.part.)
 i=0
 for part in $G/site.part.*; do mkdir -p $G/p$i; mv "$part" $G/p$i/; i=$((i + 1)); done

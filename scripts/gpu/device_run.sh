@@ -5,6 +5,9 @@
 #       resume (docs/gpu-e2e.md §2 alone: one job, its TaskRunner killed after its step-3
 #       checkpoint, attempt 2 resumes; tail on a pty, status, plot),
 #       both (one rayjobs submit, then the same verl command through plain `ray job submit`),
+#       startup (issue 33: the preset twice through the queue, one after the other, 1 step each,
+#       followed; the phase table of the first and the next job, scripts/gpu/phases.py; knobs
+#       RESTART_HEAD=1 (a fresh head), COLD=1 (no compile caches of an earlier call), TAG),
 #       rayjobs, plain, setup (install + model/data + head only).
 # Unpacks the bundle, makes the tiny model and data, starts rayjobs' embedded Ray head on
 # 127.0.0.1 (token auth) with the environment of scripts/gpu/env.sh, then runs the tiny GRPO run.
@@ -36,6 +39,15 @@ nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
 
 mark "model + data"
 [ -f $STORAGE/models/tiny-qwen2/config.json ] || python3 scripts/gpu/make_tiny.py $STORAGE 2>&1 | grep -v Writing
+
+if [ "${RESTART_HEAD:-0}" = 1 ]; then   # a fresh head for this call (startup mode: the first job on it)
+  mark "stop the head of the earlier call"
+  python3 -m rayjobs.cli local stop || true
+fi
+if [ "${COLD:-0}" = 1 ]; then   # startup mode: no compile caches of an earlier call (their defaults and rayjobs')
+  rm -rf ~/.cache/vllm ~/.triton /tmp/torchinductor_$(id -un) ~/.nv/ComputeCache ~/.cache/torch_extensions /tmp/rayjobs-cache-$(id -u)
+  sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null && echo "page cache dropped" || echo "page cache NOT dropped (read-only /proc/sys)"
+fi
 
 mark "embedded head"
 # setsid: the head outlives this call (a device call ends by killing what it started, except new sessions),
@@ -76,6 +88,39 @@ gpu_free() {  # the previous job's actors exit with its driver; give Ray a momen
 
 if [ "$MODE" = suite ]; then
   source scripts/gpu/suite.sh "$@"
+  collect
+  mark "done"
+  exit 0
+fi
+
+if [ "$MODE" = startup ]; then   # issue 33 (docs/gpu-e2e.md §10): the FIRST job on this head, then the NEXT
+  # Each is the preset through the queue, 1 step, followed to its end; phases.py reads the stamped logs.
+  # RAYJOBS_NODE_CACHE=off (set before the head starts) is the control: the runner sets no cache.
+  NC=${RAYJOBS_NODE_CACHE:-/tmp/rayjobs-cache-$(id -u)}
+  TAG=${TAG:-}
+  caches() {
+    for d in $NC/* ~/.cache/vllm ~/.triton/cache /tmp/torchinductor_$(id -un) ~/.nv/ComputeCache ~/.cache/torch_extensions; do
+      [ -e "$d" ] && echo "  $d: $(du -sh $d 2>/dev/null | cut -f1) in $(find $d -type f 2>/dev/null | wc -l) files"
+    done
+    echo "  byte code under $SITE: $(find $SITE -name '*.pyc' 2>/dev/null | wc -l) .pyc files"
+  }
+  { echo "node cache: ${RAYJOBS_NODE_CACHE:-default $NC}; before the first job:"; caches; } | tee -a $W/summary.txt
+  for label in first next; do
+    # a warm next job needs ~215 s (submit to exit); a first one ~290 s: with LIMIT=585 both fit one call
+    T=$(( $(left) - 12 )); [ $label = first ] && T=$(( T - 220 ))   # leave the next job >=220 s
+    mark "$label job: +exp=gpu_tiny_grpo, 1 step, followed (timeout ${T}s)"
+    ta=$(date +%s.%N)
+    timeout $T python3 -m rayjobs.submit +exp=gpu_tiny_grpo rayjobs.follow=true rayjobs.preflight=false \
+      trainer.total_training_steps=1 trainer.save_freq=-1 "$@" 2>&1 | python3 -u scripts/gpu/summarize.py --epoch > $W/$label$TAG.log
+    rc=${PIPESTATUS[0]}; tb=$(date +%s.%N)
+    JOB=$(python3 -c "import json; print(json.loads(open('$RAYJOBS_HOME/ledger.jsonl').read().splitlines()[-1])['id'])" 2>/dev/null)
+    { echo "$label job $JOB: exit $rc, wall $(python3 -c "print(round($tb-$ta,1))") s; caches after it:"; caches; } | tee -a $W/summary.txt
+    grep -E "\[rayjobs\]|step:1 - " $W/$label$TAG.log | cut -c1-260
+    [ $rc = 124 ] && { echo "timed out: stopping $JOB"; stop_job $JOB; break; }
+  done
+  cp $W/first$TAG.log $W/next$TAG.log $OUT/ 2>/dev/null
+  python3 scripts/gpu/phases.py first$TAG=$W/first$TAG.log next$TAG=$W/next$TAG.log | tee $W/phases$TAG.txt
+  cat $W/summary.txt $W/phases$TAG.txt > $OUT/phases$TAG.txt
   collect
   mark "done"
   exit 0

@@ -3,6 +3,8 @@
     python3 scripts/gpu/summarize.py LABEL=LOG [LABEL=LOG ...]      # table + means
     python3 scripts/gpu/summarize.py --stamp                         # stdin -> stdout, each line prefixed with
                                                                      # seconds since start (for wall-clock marks)
+    python3 scripts/gpu/summarize.py --epoch                         # the same, prefixed with epoch seconds
+                                                                     # (scripts/gpu/phases.py reads those)
 Standalone (stdlib only): verl's console logger prints ``step:N - key:value - ...`` (values may be
 ``np.float64(x)``), Ray prefixes actor output with ``(TaskRunnerV1 pid=...)``.
 """
@@ -54,17 +56,17 @@ def table(label: str, steps: dict[int, dict[str, float]]) -> str:
     return "\n".join(out)
 
 
-def stamp() -> int:
-    t0 = time.time()
+def stamp(epoch: bool = False) -> int:
+    t0 = 0.0 if epoch else time.time()
     for line in sys.stdin:
-        sys.stdout.write(f"[{time.time() - t0:7.1f}] {line}")
+        sys.stdout.write(f"[{time.time() - t0:.3f}] {line}" if epoch else f"[{time.time() - t0:7.1f}] {line}")
         sys.stdout.flush()
     return 0
 
 
 def main(argv: list[str]) -> int:
-    if argv[:1] == ["--stamp"]:
-        return stamp()
+    if argv[:1] in (["--stamp"], ["--epoch"]):
+        return stamp(argv[0] == "--epoch")
     for arg in argv:
         label, _, path = arg.partition("=")
         try:
