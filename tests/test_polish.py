@@ -99,3 +99,34 @@ def test_a_wandb_job_keeps_one_wandb_run_across_attempts(tmp_path):
     assert a["WANDB_RUN_ID"].startswith("my_run-") and len(a["WANDB_RUN_ID"]) <= 64
     assert "WANDB_RUN_ID" not in _dry_env(tmp_path, "trainer.logger=[console]")
     assert _dry_env(tmp_path, "+rayjobs.env.WANDB_RUN_ID=mine")["WANDB_RUN_ID"] == "mine"
+
+
+def test_a_rayjobs_key_typo_is_not_told_to_add_it_with_a_plus(tmp_path):
+    err = _one_error(rayjobs_submit("+exp=prepare_data", "rayjobs.dry_rn=true", cwd=tmp_path), "rayjobs.dry_run")
+    assert "+rayjobs.dry_rn" not in err and "--help" in err
+
+
+def test_local_status_of_a_stopped_head_says_how_to_start_it(tmp_path):
+    r = rayjobs_cli("local", "status", env={"RAYJOBS_HOME": str(tmp_path / "home")})
+    assert r.returncode == 1 and "`rayjobs local start` starts it" in r.stderr
+
+
+@pytest.mark.cluster
+def test_local_stop_names_the_running_jobs_it_ends(tmp_path, workdir):
+    """An embedded head of its own (its own RAYJOBS_HOME): a job runs, `local stop` names it."""
+    home = {"RAYJOBS_HOME": str(tmp_path / "home")}
+    try:
+        r = rayjobs_cli("local", "start", env=home, timeout=180)
+        assert r.returncode == 0, r.stderr
+        r = rayjobs_submit("+exp=fake_ppo", "+fake.steps=400", "+fake.step_s=0.5", cwd=workdir, env=home)
+        assert r.returncode == 0, r.stderr
+        sid = r.stdout.strip()
+        from conftest import wait_until
+
+        wait_until(lambda: sid in rayjobs_cli("list", "--status", "RUNNING", env=home).stdout, 120, f"{sid} to run")
+        stop = rayjobs_cli("local", "stop", env=home, timeout=120)
+        assert stop.returncode == 0, stop.stderr
+        warned = [line for line in stop.stderr.splitlines() if "warning: stopping the embedded head ends" in line]
+        assert warned and sid in warned[0] and "resumes from its last checkpoint" in warned[0], stop.stderr
+    finally:
+        rayjobs_cli("local", "stop", env=home, timeout=120)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import click
 
@@ -48,7 +49,8 @@ def local_status() -> None:
 
     click.echo(helper.status_line(), err=True)
     if not rec:
-        click.echo("rayjobs: the embedded local cluster is not running", err=True)
+        click.echo("rayjobs: the embedded local cluster is not running: `rayjobs local start` starts it (a submit "
+                   "starts it too)", err=True)
         raise SystemExit(1)
     click.echo(json.dumps(rec, indent=2))
 
@@ -59,5 +61,28 @@ def local_stop() -> None:
     returns once every process of it is gone."""
     from rayjobs.client import embedded
 
+    _warn_running(embedded)
     ok = run_cli(embedded.stop)
     click.echo("rayjobs: embedded local cluster stopped" if ok else "rayjobs: nothing to stop", err=True)
+
+
+def _warn_running(embedded: Any) -> None:
+    """Name the jobs a stop of the head ends (they are not lost: each resumes after the next start)."""
+    rec = embedded.running()
+    if not rec:
+        return
+    try:
+        from rayjobs.client.dashboard import Dashboard
+        from rayjobs.client.queueapi import connect_queue
+
+        q = connect_queue(Dashboard(embedded.target(rec)), start=False, timeout=5.0)
+        jobs = q.jobs(status=["PENDING", "RUNNING"])
+    except Exception:  # noqa: BLE001 (a head already going down: nothing to name)
+        return
+    ids = [j["submission_id"] for j in jobs]
+    if ids:
+        more = f" and {len(ids) - 5} more" if len(ids) > 5 else ""
+        click.echo(f"rayjobs: warning: stopping the embedded head ends the running job(s) {', '.join(ids[:5])}{more}; "
+                   f"after `rayjobs local start` each resumes from its last checkpoint as a new attempt (when "
+                   f"rayjobs.max_retries allows), else it ends FAILED (cluster restarted)", err=True)
+

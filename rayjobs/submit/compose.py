@@ -434,6 +434,8 @@ def explain(e: BaseException, overrides: Sequence[str]) -> str:
         keys = list(verl_schema()) + schema.own_keys()
         best = closest(key, keys, n=3) or closest(key.rsplit(".", 1)[-1], keys, n=3)
         hint = f" (did you mean: {', '.join(best)}?)" if best else ""
+        if key.startswith("rayjobs."):  # rayjobs' keys are a fixed schema: a + would be refused next
+            return f"unknown config key {key!r}{hint}: rayjobs has no such key (`python -m rayjobs.submit --help` lists them)"
         return f"unknown config key {key!r}{hint}; verl keys keep verl's names, rayjobs' own keys start with rayjobs. (use +{key}=... to add a new key on purpose)"
     first = msg.strip().splitlines()[0] if msg.strip() else type(e).__name__
     return f"invalid configuration: {first}"
