@@ -183,6 +183,16 @@ def queue_status(target: Any, job_id: str) -> str:
     return Job(job_id, dashboard=Dashboard(target)).status()
 
 
+def job_ids(target: Any = None) -> set[str]:
+    """Every job id a cluster holds (default: the session's embedded head): the queue's -- a waiting job
+    is in no Ray table yet -- and Ray's user jobs. What a "nothing was submitted" check compares."""
+    from rayjobs.client import embedded
+    from rayjobs.client.dashboard import Dashboard
+
+    d = Dashboard(target if target is not None else embedded.ensure(quiet=True))
+    return set(job_list(d.sdk)) | {v["submission_id"] for v in d.queue.jobs()}
+
+
 def job_list(client: Any) -> list[str]:
     """The ids of the user jobs Ray lists (rayjobs' own small jobs, tagged rayjobs_role, left out)."""
     return [j.submission_id for j in client.list_jobs() if "rayjobs_role" not in (j.metadata or {})]

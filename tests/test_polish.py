@@ -114,7 +114,11 @@ def test_local_status_of_a_stopped_head_says_how_to_start_it(tmp_path):
 @pytest.mark.cluster
 def test_local_stop_names_the_running_jobs_it_ends(tmp_path, workdir):
     """An embedded head of its own (its own RAYJOBS_HOME): a job runs, `local stop` names it."""
-    home = {"RAYJOBS_HOME": str(tmp_path / "home")}
+    import shutil
+    import tempfile
+
+    short = tempfile.mkdtemp(prefix="rjl", dir="/tmp")  # Ray's socket paths are limited to 107 bytes
+    home = {"RAYJOBS_HOME": short}
     try:
         r = rayjobs_cli("local", "start", env=home, timeout=180)
         assert r.returncode == 0, r.stderr
@@ -130,3 +134,14 @@ def test_local_stop_names_the_running_jobs_it_ends(tmp_path, workdir):
         assert warned and sid in warned[0] and "resumes from its last checkpoint" in warned[0], stop.stderr
     finally:
         rayjobs_cli("local", "stop", env=home, timeout=120)
+        shutil.rmtree(short, ignore_errors=True)
+
+
+def test_a_data_jobs_dataset_shows_in_the_overrides_column():
+    import json
+
+    from rayjobs.views.jobrows import overrides_label
+
+    meta = {"overrides": json.dumps(["+exp=prepare_data", "rayjobs.prepare.dataset=math", "rayjobs.follow=true"])}
+    assert overrides_label(meta) == "dataset=math"  # was empty ('-'): every rayjobs.* key was left out
+    assert overrides_label({"overrides": json.dumps(["trainer.total_epochs=2", "rayjobs.priority=3"])}) == "total_epochs=2"

@@ -45,7 +45,10 @@ def overrides_label(m: dict[str, str]) -> str:
         return label
     from rayjobs.submit.spec import point_label
 
-    return point_label([o for o in json_list(m.get("overrides")) if "=" in o and not o.lstrip("+~").startswith(("exp=", "rayjobs."))])
+    own = [o for o in json_list(m.get("overrides")) if "=" in o]
+    # rayjobs' own keys are how it ran, not what it is -- but a data job's dataset and source are what it is
+    return point_label([o for o in own if not o.lstrip("+~").startswith(("exp=", "rayjobs."))
+                        or o.lstrip("+~").startswith("rayjobs.prepare.")])
 
 
 def iso_ms(ms: Optional[int]) -> Optional[str]:

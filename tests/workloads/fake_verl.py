@@ -247,6 +247,7 @@ def main() -> int:
         say("Training from scratch")
     say("Size of train dataloader: 10, Size of val dataloader: 1")
     say(f"Total training steps: {steps}")
+    say(f"wandb run id: {os.environ.get('WANDB_RUN_ID', '-')}, resume: {os.environ.get('WANDB_RESUME', '-')}")
     say("wandb: 🚀 View run at https://wandb.ai/rl-team/verl_examples/runs/fake" + str(PID))
     if start and args.get("fake.zero_on_resume", "false").lower() == "true":
         return 0  # verl resuming at an epoch boundary: no step, exit 0 (verl-project/verl#7401)
