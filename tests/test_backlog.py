@@ -253,7 +253,7 @@ def test_a_crashed_heads_runners_never_act_in_the_new_session(fresh_clusters, wo
 
 
 def _run_dir(c: FakeGpuCluster, sid: str) -> Path:
-    """The job's run dir, from its runner's line ``... (try 1/1 of this job; metrics: DIR/metrics.N.jsonl)``."""
+    """The job's run dir, from its runner's line ``... (0 retries left; metrics: DIR/metrics.N.jsonl)``."""
     ln = next(ln for ln in _log(c, sid).splitlines() if "metrics: " in ln and "[rayjobs] attempt" in ln)
     return Path(ln.split("metrics: ", 1)[1].rstrip(")")).parent
 

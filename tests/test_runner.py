@@ -172,3 +172,17 @@ def test_a_runner_does_not_retry_once_its_ray_session_is_gone(tmp_path: Path, ra
     text = log.read_text()
     assert code == runner.SESSION_GONE, text
     assert text.count("TRAINER RAN") == 1 and "not retried here: this job's Ray session is gone" in text, text
+
+
+def test_the_attempt_line_counts_as_status_does(tmp_path: Path, capsys) -> None:
+    """One numbering: the run's attempt N and the retries left (it said `try 1/1 of this job` for
+    the run's attempt 2 after a head restart, while `status` said attempt 2/2)."""
+    once = tmp_path / "failed-once"
+    crash_once = f"import os, sys; p = {str(once)!r}; (open(p, 'w'), sys.exit(3)) if not os.path.exists(p) else None"
+    meta = {"run_dir": str(tmp_path / "run"), "run": "r1", "max_retries": "1"}
+    code = runner.run_attempts([sys.executable, "-c", crash_once], meta, dict(os.environ), str(tmp_path))
+    out = capsys.readouterr().out
+    lines = [ln for ln in out.splitlines() if "[rayjobs] attempt" in ln and "of run" in ln]
+    assert code == 0, out
+    assert [ln.split("] ", 1)[1].split(";")[0] for ln in lines] == ["attempt 1 of run r1 (1 retry left",
+                                                                  "attempt 2 of run r1 (0 retries left"], lines

@@ -401,7 +401,8 @@ def attempt_env(argv: list[str], meta: dict[str, Any], base_env: dict[str, str],
         # Claimed now, so an attempt that dies before verl's logger starts still counts.
         Path(env["VERL_FILE_LOGGER_PATH"]).touch()
         env["RAYJOBS_ATTEMPT"] = str(attempt)
-        log(f"attempt {attempt} of run {meta.get('run', '?')} (try {used + 1}/{retries + 1} of this job; "
+        left = retries - used  # the run's attempts count as `status` counts them; this says what is left
+        log(f"attempt {attempt} of run {meta.get('run', '?')} ({left} retr{'y' if left == 1 else 'ies'} left; "
             f"metrics: {env['VERL_FILE_LOGGER_PATH']})")
     job_id = str(meta.get("job_submission_id") or "")
     if job_id:
