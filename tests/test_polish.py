@@ -145,3 +145,24 @@ def test_a_data_jobs_dataset_shows_in_the_overrides_column():
     meta = {"overrides": json.dumps(["+exp=prepare_data", "rayjobs.prepare.dataset=math", "rayjobs.follow=true"])}
     assert overrides_label(meta) == "dataset=math"  # was empty ('-'): every rayjobs.* key was left out
     assert overrides_label({"overrides": json.dumps(["trainer.total_epochs=2", "rayjobs.priority=3"])}) == "total_epochs=2"
+
+
+def test_plot_hints_name_what_the_jobs_logged(tmp_path):
+    """A metric typo lists what was logged (plot --json does not); jobs with no step yet are told to wait."""
+    import json as _json
+
+    from rayjobs.errors import ConfigError, RayjobsError
+    from rayjobs.views import plot
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.1.jsonl").write_text(_json.dumps({"step": 1, "data": {"actor/pg_loss": 0.1}}) + "\n")
+    job = {"submission_id": "j1", "metadata": {"run_dir": str(run)}, "status": "SUCCEEDED", "from_queue": True}
+    with pytest.raises(ConfigError, match=r"no job logged the metric 'critic/scor'.*they logged: actor/pg_loss"):
+        plot.collect(None, [job], ["critic/scor"])
+    data = plot.collect(None, [job])
+    with pytest.raises(RayjobsError, match=r"pick another with --metric: they logged actor/pg_loss"):
+        plot.render(data, str(tmp_path / "x.png"))
+    empty = {"submission_id": "j2", "metadata": {"run_dir": str(tmp_path / "none")}, "status": "QUEUED"}
+    with pytest.raises(RayjobsError, match=r"none of the jobs has logged a step yet \(QUEUED\): plot again once they train"):
+        plot.render(plot.collect(None, [empty]), str(tmp_path / "y.png"))

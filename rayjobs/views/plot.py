@@ -85,7 +85,8 @@ def collect(dash: Any, jobs: Sequence[Any], metric_names: Optional[Sequence[str]
         series = {m: [[s, d[m]] for s, d in h.items() if m in d and math.isfinite(d[m])] for m in names}
         out_jobs.append({"id": field(j, "submission_id"), "label": label, "source": src, "series": series,
                          "steps": len(h), "status": status_of(j).split(".")[-1]})
-    return {"metrics": names, "jobs": out_jobs}
+    logged = sorted({k for h, _ in hists for d in h.values() for k in d})
+    return {"metrics": names, "jobs": out_jobs, "logged": logged}
 
 
 def check_metrics(wanted: Sequence[str], hists: Sequence[dict[int, dict[str, float]]]) -> None:
@@ -95,8 +96,10 @@ def check_metrics(wanted: Sequence[str], hists: Sequence[dict[int, dict[str, flo
         return  # nothing logged yet: any name may still come
     for m in wanted:
         if m not in seen:
-            raise ConfigError(f"no job logged the metric {m!r}{did_you_mean(m, seen)}; "
-                              f"`rayjobs plot ... --json` lists what they logged")
+            shown = sorted(seen)
+            more = f" and {len(shown) - 8} more" if len(shown) > 8 else ""
+            raise ConfigError(f"no job logged the metric {m!r}{did_you_mean(m, seen)}; they logged: "
+                              f"{', '.join(shown[:8])}{more}")
 
 
 def render(data: dict[str, Any], out: str, title: Optional[str] = None) -> str:
@@ -111,7 +114,13 @@ def render(data: dict[str, Any], out: str, title: Optional[str] = None) -> str:
     names = [m for m in data["metrics"] if any(j["series"].get(m) for j in data["jobs"])]
     if not names:
         wanted = ", ".join(data["metrics"])
-        raise RayjobsError(f"none of the jobs logged {wanted} yet; pick another with --metric (e.g. critic/rewards/mean)")
+        if not any(j.get("steps") for j in data["jobs"]):  # queued or starting: no metric to pick yet
+            raise RayjobsError(f"none of the jobs has logged a step yet ({', '.join(sorted({str(j.get('status')) for j in data['jobs']}))}): "
+                               f"plot again once they train (`rayjobs tail ID` follows one)")
+        logged = list(data.get("logged") or [])
+        more = f" and {len(logged) - 8} more" if len(logged) > 8 else ""
+        raise RayjobsError(f"none of the jobs logged {wanted} yet; pick another with --metric: they logged "
+                           f"{', '.join(logged[:8])}{more}")
     fig, axes = plt.subplots(len(names), 1, figsize=(9, 3.6 * len(names)), squeeze=False, sharex=True)
     for ax, m in zip(axes[:, 0], names):
         for j in data["jobs"]:
