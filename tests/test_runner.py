@@ -184,5 +184,13 @@ def test_the_attempt_line_counts_as_status_does(tmp_path: Path, capsys) -> None:
     out = capsys.readouterr().out
     lines = [ln for ln in out.splitlines() if "[rayjobs] attempt" in ln and "of run" in ln]
     assert code == 0, out
-    assert [ln.split("] ", 1)[1].split(";")[0] for ln in lines] == ["attempt 1 of run r1 (1 retry left",
-                                                                  "attempt 2 of run r1 (0 retries left"], lines
+    import re
+
+    got = [re.sub(r" at \S+ \S+ UTC", "", ln.split("] ", 1)[1].split(";")[0]) for ln in lines]
+    assert got == ["attempt 1 of run r1 (1 retry left", "attempt 2 of run r1 (0 retries left"], lines
+    # its own time (tail --json orders attempt_started by it)
+    from rayjobs.views.steplog import StepRecords
+
+    recs = StepRecords("j", clock=lambda: 4e9).feed("\n".join(lines))  # read "later" than either line
+    assert [(r["event"], r["ts_source"]) for r in recs] == [("attempt_started", "log")] * 2, recs
+    assert recs[0]["ts"] <= recs[1]["ts"] < "2100", recs

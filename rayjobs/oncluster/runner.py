@@ -402,8 +402,9 @@ def attempt_env(argv: list[str], meta: dict[str, Any], base_env: dict[str, str],
         Path(env["VERL_FILE_LOGGER_PATH"]).touch()
         env["RAYJOBS_ATTEMPT"] = str(attempt)
         left = retries - used  # the run's attempts count as `status` counts them; this says what is left
-        log(f"attempt {attempt} of run {meta.get('run', '?')} ({left} retr{'y' if left == 1 else 'ies'} left; "
-            f"metrics: {env['VERL_FILE_LOGGER_PATH']})")
+        # its own time stamp: `tail --json` orders the attempt's event by it, not by when it was read
+        log(f"attempt {attempt} of run {meta.get('run', '?')} at {stamp()} ({left} retr{'y' if left == 1 else 'ies'} "
+            f"left; metrics: {env['VERL_FILE_LOGGER_PATH']})")
     job_id = str(meta.get("job_submission_id") or "")
     if job_id:
         env[JOB_MARK_ENV] = job_id
