@@ -141,6 +141,12 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     import gc
 
     gc.set_threshold(50_000, 20, 100)
+    if not os.environ.get("RAYJOBS_DEBUG"):
+        import warnings
+
+        # omegaconf 2.4 (the cluster stack's) warns once per resolver Hydra, verl and rayjobs register: ~20
+        # lines of stderr on every submit that say nothing about the job
+        warnings.filterwarnings("ignore", message=r".*register_new_resolver")
     sys.exit(run_cli(lambda: _main(sys.argv[1:] if argv is None else argv)) or 0)
 
 
