@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -172,6 +173,11 @@ def test_head_restart_keeps_the_queue_and_resumes_the_running_job(fresh_clusters
     assert wait_done(c, running, timeout=240) == "SUCCEEDED", _log(c, running)[-2000:]
     log = log_of(c, running)
     assert "Resuming from" in log and "attempt 2 of run" in log, log[-2000:]
+    # attempt 1's log is the old Ray session's: status says where it stays (issue 28 item 5)
+    st = cli_on(c, "status", running).stdout
+    m = re.search(r"attempt 1: lost with the head's Ray \(found at [^)]+\); its log stays on the head: (\S+)", st)
+    assert m, st
+    assert "attempt 1 of run" in Path(m.group(1)).read_text(), m.group(1)
     for i in later:
         assert wait_done(c, i, timeout=180) == "SUCCEEDED", _log(c, i)[-1500:]
     starts = [_admitted(c, i) for i in later]

@@ -126,7 +126,7 @@ def _kept_log(job_id: str, e: Exception, *, lines: Optional[int], as_json: bool,
 
 
 # --------------------------------------------------------------------------- status / list
-STATUS_FIELDS = ("status", "experiment", "sweep", "label", "overrides", "priority", "attempt", "failures", "queue_position",
+STATUS_FIELDS = ("status", "experiment", "sweep", "label", "overrides", "priority", "attempt", "failures", "lost", "queue_position",
                  "gpus", "submitted_at", "start_time", "end_time", "step", "total_steps", "checkpoint_step", "metrics", "wandb_url",
                  "run", "resumed_from", "rerun_of", "user", "after", "preempted_by", "redo_steps", "preemptions",
                  "preempting_for", "error", "reaped", "message")
@@ -227,7 +227,7 @@ def _status_text(row: dict[str, Any]) -> str:
             v = ", ".join(v)
         elif k == "attempt":
             v = jobrows.attempt_text(row) or v
-        elif k == "failures":  # one line per failed attempt, its cause
+        elif k in ("failures", "lost"):  # one line per failed (or lost) attempt
             v = "".join(f"\n  {f}" for f in v)
         elif k == "status":
             v = _cells(dict(row, queue_position=None), time.time())[4]  # the position has its line

@@ -53,6 +53,7 @@ class JobRecord:
     stop_asked: bool = False  #: its user stopped it (it ends there, even mid-preemption)
     history: tuple[Mapping[str, Any], ...] = ()  #: events of its life (lost, preempted)
     pruned: bool = False  #: deleted from Ray's job table
+    ray_logs: str = ""  #: the head's Ray log dir of the session it was last admitted in (a lost run's log stays there)
     spans: tuple[tuple[float, float], ...] = ()  #: (admitted, ended) epoch s of each time it held GPUs
     rungs: Mapping[str, Any] = field(default_factory=dict)  #: successive halving: {rung step: its value there}
     halved: Optional[Mapping[str, Any]] = None  #: halved at a rung: {rung, value, rank, of, text}

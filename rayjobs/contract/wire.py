@@ -97,6 +97,7 @@ class JobView:
     rungs: dict[str, Optional[float]] = field(default_factory=dict)  #: successive halving: its value at each rung
     halved: Optional[dict[str, Any]] = None  #: {rung, value, rank, of, text}: its sweep's halving stopped it
     preempt_why: Optional[str] = None  #: why the queue chose it as a preemption's victim
+    lost_runs: list[dict[str, Any]] = field(default_factory=list)  #: Ray runs lost with the head: lost_at, attempts, log
 
 
 @dataclass

@@ -46,8 +46,11 @@ def lost_attempt(rec: JobRecord) -> JobRecord:
     checkpoint) while ``rayjobs.max_retries`` allows, else done FAILED (cluster restarted)."""
     lost = rec.lost + 1
     # its new attempt is admitted anew (the runner's "admitted after X s" line must not reuse the old one)
-    out = rec.with_(lost=lost, admitted_at=None, history=rec.history + ({"lost_at": time.time()},),
-                    attempts=_ran(rec), spans=rec.span_closed(time.time()))
+    ran = _ran(rec)
+    gone = sorted(set(ran) - set(rec.attempts))  # the attempts of the run that was lost
+    log = f"{rec.ray_logs}/job-driver-{rec.id}.log" if rec.ray_logs else None  # it stays in that session's dir
+    out = rec.with_(lost=lost, admitted_at=None, attempts=ran, spans=rec.span_closed(time.time()),
+                    history=rec.history + ({"lost_at": time.time(), "attempts": gone, "log": log},))
     if lost <= rec.meta.max_retries:
         return out.with_(state=State.WAITING, note="requeued: the cluster restarted while it ran; it resumes from its checkpoint")
     return out.with_(state=State.DONE, status=Status.FAILED, finished_at=time.time(), cause="cluster restarted",

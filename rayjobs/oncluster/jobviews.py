@@ -29,7 +29,8 @@ def _base(rec: JobRecord) -> dict[str, Any]:
             "checkpoint_step": rec.checkpoint_step, "attempts": list(rec.attempts), "first_attempt": rec.first_attempt,
             "lost": rec.lost, "preemptions": rec.preemptions, "preempted": rec.preempted, "preempting_for": None,
             "reaped": list(rec.reaped), "final": rec.final, "pruned": rec.pruned, "from_queue": rec.done,
-            "rungs": dict(rec.rungs or {}), "halved": rec.halved, "preempt_why": (rec.preempting or {}).get("why")}
+            "rungs": dict(rec.rungs or {}), "halved": rec.halved, "preempt_why": (rec.preempting or {}).get("why"),
+            "lost_runs": [dict(h) for h in rec.history if "lost_at" in h]}
 
 
 def reason(svc: Any, w: Waiting) -> str:

@@ -60,7 +60,7 @@ class QueueActor:
         from rayjobs.oncluster.store import QueueStore
 
         self.svc = QueueService(QueueStore(), head_jobs(), ClusterReader(), reap=reaper.reap_job,
-                                reap_enabled=reaper.enabled(), session=session_name())
+                                reap_enabled=reaper.enabled(), session=session_name(), ray_logs=logs_dir() or "")
         self.svc.recover()
         self.io = ThreadPoolExecutor(max_workers=2, thread_name_prefix="rayjobs-io")
         self.port: Optional[int] = None

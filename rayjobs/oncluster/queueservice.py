@@ -69,10 +69,10 @@ class QueueService:
 
     def __init__(self, store: QueueStore, jobs: JobsClient, cluster: Any, *, policy: Optional[Policy] = None,
                  reap: Optional[Callable[..., list[str]]] = None, reap_enabled: bool = True, session: str = "",
-                 pool: Optional[ThreadPoolExecutor] = None) -> None:
+                 pool: Optional[ThreadPoolExecutor] = None, ray_logs: str = "") -> None:
         self.store, self.jobs, self.cluster = store, jobs, cluster
         self.policy = policy or policy_from_env()
-        self.session, self.started_at = session, time.time()
+        self.session, self.started_at, self.ray_logs = session, time.time(), ray_logs
         self.pool = pool or ThreadPoolExecutor(max_workers=4, thread_name_prefix="rayjobs-queue")
         self.state = QueueState()
         self.records: dict[str, JobRecord] = {}
@@ -233,7 +233,7 @@ class QueueService:
     def admit(self, job_id: str, note: str, now: float) -> None:
         """Hand a waiting job to Ray: its record says admitted (durably) before Ray is asked."""
         w = self.state.waiting[job_id]
-        rec = self._put(w.rec.with_(state=State.ADMITTED, admitted_at=now, note=note,
+        rec = self._put(w.rec.with_(state=State.ADMITTED, admitted_at=now, note=note, ray_logs=self.ray_logs,
                                     first_attempt=next_attempt(w.rec.meta.run_dir)))
         self.state.admit(w, now, rec)
         self.admitter.submit(rec)

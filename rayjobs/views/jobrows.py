@@ -51,6 +51,17 @@ def overrides_label(m: dict[str, str]) -> str:
                         or o.lstrip("+~").startswith("rayjobs.prepare.")])
 
 
+def lost_lines(runs: Any) -> Optional[list[str]]:
+    """``attempt 1: lost with the head's Ray at 12:00:03; its log stays on the head: PATH`` per lost run."""
+    out = []
+    for r in runs or []:
+        which = ", ".join(map(str, r.get("attempts") or [])) or "?"
+        at = datetime.fromtimestamp(float(r.get("lost_at") or 0), tz=timezone.utc).astimezone().isoformat(timespec="seconds")
+        where = f"; its log stays on the head: {r['log']}" if r.get("log") else ""
+        out.append(f"attempt {which}: lost with the head's Ray (found at {at}){where}")
+    return out or None
+
+
 def iso_ms(ms: Optional[int]) -> Optional[str]:
     if not ms:
         return None
@@ -125,6 +136,7 @@ def base_row(job: Any, over: Optional[dict[str, Any]] = None) -> dict[str, Any]:
         "preempt_why": field(job, "preempt_why") if field(job, "preempting_for") else None,  #: why it was chosen
         "rungs": field(job, "rungs") or None,  #: successive halving: its value at each rung it reached
         "halved": field(job, "halved"),  #: {rung, value, rank, of, text}: its sweep's halving stopped it
+        "lost": lost_lines(field(job, "lost_runs")),  #: its Ray runs lost with the head, and where their logs stay
         "error": None,
         "step": None,
         "total_steps": None,
