@@ -65,7 +65,7 @@ def running_view(r: Running) -> dict[str, Any]:
         v["status"] = r.ended
         if r.rec.preempting and r.ended == "STOPPED" and not r.stop_asked:
             v.update(status="QUEUED", message="preempted: going back to its place in the queue",
-                     preempted={"by": r.rec.preempting.get("by")})
+                     preempted={"by": r.rec.preempting.get("by"), "why": r.rec.preempting.get("why")})
     elif r.ended == LOST:
         v.update(status="QUEUED", message="its Ray run was lost with the head: it goes back in line once its "
                                           "leftovers are ended (or fails, with no retry left)")
