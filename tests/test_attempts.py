@@ -41,6 +41,12 @@ def status_json(sid: str) -> dict[str, Any]:
     return json.loads(r.stdout)
 
 
+def settled(sid: str) -> dict[str, Any]:
+    """``status --json`` once the queue says the job ended: its word follows Ray's within one poll."""
+    return wait_until(lambda: (lambda r: r if r["status"] in ("SUCCEEDED", "FAILED", "STOPPED") else None)(
+        status_json(sid)), 30, f"the queue to say {sid} ended")
+
+
 def first_steps(text: str) -> list[int]:
     """The first step of each attempt (the step after each ``attempt N of run`` line)."""
     out, want = [], False
@@ -80,7 +86,7 @@ def test_a_killed_trainer_resumes_from_its_checkpoint_as_a_new_attempt(cluster, 
     m = re.search(r"Resuming from \S*global_step_(\d+)", text)
     assert m and int(m.group(1)) >= 4, text
     assert first_steps(text) == [1, int(m.group(1)) + 1]  # no step lost past the checkpoint
-    row = status_json(sid)
+    row = settled(sid)
     assert row["status"] == "SUCCEEDED" and row["attempt"] == 2
     assert row["failures"] == ["attempt 1: killed: the trainer got SIGKILL (the host's OOM killer, or a kill from outside)"]
 
@@ -106,7 +112,7 @@ def test_a_resume_that_trains_no_step_is_not_a_success(cluster, client, workdir)
     text = log(client, sid)
     assert "attempt 2 failed: no progress: exited 0 at step 2 of 6 without training a step" in text
     assert text.count("[rayjobs] attempt 3 of run") == 0  # not retried: it would do the same again
-    row = status_json(sid)
+    row = settled(sid)
     assert row["cause"].startswith("no progress: exited 0 at step 2 of 6")
     assert [f.split(": ", 2)[1] for f in row["failures"]] == ["RuntimeError", "no progress"]
     assert row["failures"][0] == "attempt 1: RuntimeError: fake crash at step 3"
@@ -137,7 +143,8 @@ def test_errors_in_the_run_itself_are_not_retried(cluster, client, workdir, args
     text = log(client, sid)
     assert f"attempt 1 failed: {kind}" in text and "[rayjobs] attempt 2 of run" not in text
     assert "job failed: " in text and "not retried" in text
-    assert status_json(sid)["cause"].startswith(kind)
+    got = settled(sid)
+    assert got["status"] == "FAILED" and got["cause"].startswith(kind), got
     if "reward" in kind:
         assert "(my_reward.py:2)" in text
 

@@ -104,3 +104,23 @@ def test_queue_view_rows_for_waiting_and_finished_jobs():
     assert rows["w1"]["priority"] == 3 and rows["w1"]["message"] == "waiting: needs ..."
     assert (rows["h1"]["status"], rows["h1"]["step"], rows["h1"]["score"], rows["h1"]["attempt"]) == ("SUCCEEDED", 7, 0.5, 2)
     assert rows["h1"]["queue_position"] is None
+
+
+def test_a_failed_job_shows_its_cause_while_its_leftovers_are_reaped():
+    """Between Ray's FAILED and the queue's record (its GPUs are cleaned first), status already
+    says why, from the runner's last line that Ray's job message quotes."""
+    from rayjobs.contract.record import JobRecord
+    from rayjobs.contract.status import State
+    from rayjobs.oncluster import jobviews
+    from rayjobs.oncluster.queuestate import Running
+    from rayjobs.oncluster.request import Request
+
+    rec = JobRecord(id="f1", state=State.ADMITTED, spec={"metadata": {}}, queued_at=1796000000.0)
+    msg = "Job entrypoint command failed with exit code 1, last available logs:\n" \
+          "[rayjobs] job failed: error in your reward function: KeyError: 'label' (not retried: an error in the run itself)\n"
+    r = Running(rec=rec, req=Request(id="f1", groups=(1,)), admitted_at=1796000001.0, in_ray=True,
+                ray={"status": "FAILED", "message": msg}, ended="FAILED")
+    v = jobviews.running_view(r)
+    assert (v["status"], v["cause"]) == ("FAILED", "error in your reward function: KeyError: 'label'")
+    r.ended, r.ray = "SUCCEEDED", {"status": "SUCCEEDED", "message": msg}
+    assert jobviews.running_view(r)["cause"] is None

@@ -305,3 +305,46 @@ def test_backlog_of_an_ended_job_waits_for_the_end_even_after_an_early_heartbeat
     jobtail._stream(_Follower([None, log, None, b"live\n"], "RUNNING"), logparse.Progress(), view,
                    jobtail._Backlog(3), "j")
     assert view.text == "line 7\nline 8\nline 9\nlive\n"
+
+
+class _RestartingHead:
+    """A dashboard whose queue does not answer for its first ``down`` asks (the head's Ray came back
+    and its queue is starting), then answers with ``views`` in turn (the last one for ever)."""
+
+    def __init__(self, down: int, views: list) -> None:
+        self.down, self.views, self.forgotten = down, views, 0
+
+    @property
+    def queue(self):
+        from rayjobs.client.queueapi import QueueDown
+
+        head = self
+
+        class _Q:
+            def job(self, job_id):
+                if head.down > 0:
+                    head.down -= 1
+                    raise QueueDown("the cluster's queue at http://127.0.0.1:1 does not answer (refused)")
+                return head.views.pop(0) if len(head.views) > 1 else head.views[0]
+        return _Q()
+
+    def forget_queue(self) -> None:
+        self.forgotten += 1
+
+
+def test_a_tail_waits_for_the_queue_of_a_restarted_head_then_follows_the_job_back_in_line(monkeypatch):
+    """Ray lost the job with its head: the tail finds the new session's queue afresh each time it
+    does not answer (it may take longer to start than GONE_S), and gives up only on a queue that
+    answers and lacks the job for GONE_S."""
+    from rayjobs.views import jobtail
+
+    d = _RestartingHead(4, [None, {"state": "waiting", "status": "QUEUED"}])
+    assert jobtail.back_in_line(d, "j", every=0.0)
+    assert d.forgotten == 5  # once at the start, once per unanswered ask
+    monkeypatch.setattr(jobtail, "GONE_S", 0.05)
+    gone = _RestartingHead(2, [None])
+    t0 = time.monotonic()
+    assert not jobtail.back_in_line(gone, "j", every=0.01)
+    assert time.monotonic() - t0 < 5
+    done = _RestartingHead(0, [{"state": "done", "status": "SUCCEEDED"}])
+    assert not jobtail.back_in_line(done, "j", every=0.01)

@@ -67,14 +67,21 @@ def test_high_priority_job_preempts_a_preemptible_sweep_point_at_its_checkpoint(
     wait_until(lambda: all(admitted_at(tclient, p) for p in [keep, *points]), 120, "the cluster to be full")
     wait_until(lambda: all(row(team_cluster, p)["step"] or "saved: step 5" in tclient.get_job_logs(p)
                            for p in points), 120, "the points to train")
-    victim = max(points, key=lambda p: admitted_at(tclient, p))  # the youngest goes first
-    tail = subprocess.Popen([sys.executable, "-m", "rayjobs.cli", "tail", victim, "--plain"], env=team_cluster.client_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # The queue picks the point whose stop loses the least work (GPU-s since its last checkpoint):
+    # either one, by a few tenths of a second. Both are followed from before the preemption.
+    tails = {p: subprocess.Popen([sys.executable, "-m", "rayjobs.cli", "tail", p, "--plain"], env=team_cluster.client_env(),
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for p in points}
     high = submit(team_cluster, *ONE_GPU, "+fake.steps=3", "+fake.step_s=0.2", "rayjobs.priority=10")
     # status/list say it: QUEUED (PREEMPTED by high) while it waits to run again, with the steps it redoes
-    queued = wait_until(lambda: (lambda r: r if r["status"] == "QUEUED" and r.get("preempted_by") == high
-                                 and r.get("redo_steps") is not None else None)(
-        row(team_cluster, victim)), 120, "the victim to be back in the queue, preempted", every=0.2)
+    def preempted() -> Any:
+        for p in points:
+            r = row(team_cluster, p)
+            if r["status"] == "QUEUED" and r.get("preempted_by") == high and r.get("redo_steps") is not None:
+                return p, r
+        return None
+    victim, queued = wait_until(preempted, 120, "a point to be back in the queue, preempted", every=0.2)
+    tail = tails.pop(victim)
+    other_tail = tails.popitem()[1]
     assert wait_done(team_cluster, high) == "SUCCEEDED", tclient.get_job_logs(high)[-1500:]
     for p in [*points, keep]:  # as rayjobs sees them (Ray shows the preempted run STOPPED for a while)
         assert wait_done(team_cluster, p) == "SUCCEEDED", tclient.get_job_logs(p)[-2000:]
@@ -100,6 +107,8 @@ def test_high_priority_job_preempts_a_preemptible_sweep_point_at_its_checkpoint(
     assert rec["status"] == "SUCCEEDED" and rec["preemptible"]
     out, err = tail.communicate(timeout=120)
     assert tail.returncode == 0, err[-2000:]
+    other_out, other_err = other_tail.communicate(timeout=120)
+    assert other_tail.returncode == 0 and "PREEMPTED" not in other_err, other_err[-2000:]
     assert f"PREEMPTED by {high}" in err, err[-2000:]
     steps = [int(ln.split("step:")[1].split(" ")[0]) for ln in out.splitlines() if " step:" in ln]
     assert steps == first + second, (steps, runs)  # one log: each attempt's steps once, in order (redone ones twice)

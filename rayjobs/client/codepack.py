@@ -34,7 +34,10 @@ def _matcher(base: Path, patterns: Iterable[str]) -> Matcher:
     """True for a path ``patterns`` (git's wildmatch, relative to ``base``) exclude."""
     import pathspec
 
-    spec = pathspec.PathSpec.from_lines("gitwildmatch", patterns)
+    try:  # pathspec >= 1.0 names git's rules "gitignore" (and warns on the old name Ray still uses)
+        spec = pathspec.PathSpec.from_lines("gitignore", patterns)
+    except LookupError:
+        spec = pathspec.PathSpec.from_lines("gitwildmatch", patterns)
     return lambda p: spec.match_file(str(p.relative_to(base)))
 
 

@@ -101,6 +101,11 @@ class Dashboard:
             self._queue = connect_queue(self)
         return self._queue
 
+    def forget_queue(self) -> None:
+        """Find the queue afresh on next use: after a restart of the head's Ray, it answers from a
+        new session (and maybe another port) once it has reloaded its backlog."""
+        self._queue = None
+
     # ------------------------------------------------------------------ the Jobs SDK
     @property
     def sdk(self) -> "JobSubmissionClient":

@@ -14,6 +14,7 @@ from rayjobs.contract.record import JobRecord
 from rayjobs.contract.status import State
 from rayjobs.oncluster.clusterstate import describe_cluster
 from rayjobs.oncluster.headapi import LOST
+from rayjobs.oncluster.jobrecord import runner_cause
 from rayjobs.oncluster.queuestate import Running, Waiting
 from rayjobs.shared import __version__
 
@@ -63,6 +64,8 @@ def running_view(r: Running) -> dict[str, Any]:
         v.update(status="PENDING", message="admitted: the queue is submitting it to Ray")
     elif r.ended and r.ended != LOST:
         v["status"] = r.ended
+        if r.ended == "FAILED" and not v["cause"]:  # its leftovers are being reaped: the record waits for that
+            v["cause"] = runner_cause(str(ray.get("message") or ""))
         if r.rec.preempting and r.ended == "STOPPED" and not r.stop_asked:
             v.update(status="QUEUED", message="preempted: going back to its place in the queue",
                      preempted={"by": r.rec.preempting.get("by"), "why": r.rec.preempting.get("why")})

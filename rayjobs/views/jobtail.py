@@ -232,21 +232,31 @@ def _next_run(d: "Dashboard", job_id: str, status: str, seen: int, lost: bool) -
 
 def back_in_line(d: "Dashboard", job_id: str, every: float = 0.5) -> bool:
     """Does the queue hold ``job_id`` (waiting, admitted or preempted)? Asked when Ray stopped knowing
-    a job we followed; the queue, coming back with the head's Ray, may need a moment to reload its
-    backlog: asked again for up to :data:`GONE_S` seconds."""
+    a job we followed. After a restart of the head's Ray the queue comes back in a new session (this
+    tail starts it if nobody has): while it does not answer it is found afresh, for as long as a
+    queue may take to start; once it answers, it may still be reloading its backlog, so a job it
+    lacks is asked again for up to :data:`GONE_S` seconds."""
+    from rayjobs.client.queueapi import START_TIMEOUT_S, QueueDown
     from rayjobs.views import queuestatus
 
-    deadline = time.monotonic() + GONE_S
-    while True:
+    d.forget_queue()  # Ray lost the job: its head may run a new session, whose queue is another
+    down_until = time.monotonic() + START_TIMEOUT_S + GONE_S
+    gone_at: Optional[float] = None
+    for _ in range(100_000):  # bounded by the two deadlines
         try:
             v = queuestatus.queue_job(d, job_id)
+        except QueueDown:
+            d.forget_queue()
+            if time.monotonic() >= down_until:
+                return False
+        else:
             if v is not None and v.get("state") in ("waiting", "admitted"):
                 return True
-        except Exception:  # noqa: BLE001 (the queue not answering yet: asked again)
-            pass
-        if time.monotonic() >= deadline:
-            return False
+            gone_at = gone_at or time.monotonic() + GONE_S
+            if time.monotonic() >= gone_at:
+                return False
         time.sleep(every)
+    return False
 
 
 def wait_until_in_ray(d: "Dashboard", job_id: str, every: float = 0.5, after_preemption: bool = False) -> Optional[str]:
