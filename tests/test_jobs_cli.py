@@ -10,7 +10,7 @@ from datetime import datetime
 
 import pytest
 
-from conftest import REPO, rayjobs_cli, rayjobs_submit, wait_terminal, wait_until
+from conftest import REPO, queue_status, rayjobs_cli, rayjobs_submit, wait_terminal, wait_until
 
 from rayjobs.shared import ROLE_KEY
 
@@ -39,6 +39,8 @@ def done(cluster, client, wd):
     sid, ids = sweep(wd, "algorithm.kl_ctrl.kl_coef=0.001,0.01", "+fake.steps=5", "+fake.step_s=0.1")
     for i in ids:
         assert wait_terminal(client, i, timeout=180) == "SUCCEEDED", client.get_job_logs(i)
+        # rayjobs' word (the queue's) follows Ray's within one of its polls
+        wait_until(lambda: queue_status(cluster, i) == "SUCCEEDED", 30, f"the queue to say {i} SUCCEEDED")
     return sid, ids
 
 
