@@ -75,10 +75,23 @@ def test_list_status_and_plot_work_from_the_local_record_once_the_cluster_is_gon
     assert kept(bad)["metrics_from"] == "log" and jsonl_steps(bad) == [1, 2]
     assert (HOME / "runs" / ok / "final.json").read_bytes() == first
 
+    # usage keeps the per-job rows it got: once the cluster is gone it sums those, marked
+    online = json.loads(cli_on(c, "usage", "--json").stdout)
+    assert {ok, bad, running} <= set(online["jobs"]) and online["source"] == "cluster", online
+
     # The cluster goes (its head stopped by PID), and its storage with it (the queue's store too).
     c.stop()
     shutil.rmtree(c.storage)
     check_the_local_record(c, ok, bad, running, tmp_path)
+    r = cli_on(c, "usage", "--json")
+    assert r.returncode == 0 and "the usage below is the local record's, as of" in r.stderr, r.stderr
+    gone = json.loads(r.stdout)
+    assert gone["source"] == "record" and set(gone["jobs"]) >= {ok, bad, running}, gone
+    for i in (ok, bad):  # ended jobs: the same split as the cluster said
+        assert gone["jobs"][i]["allocated"] == pytest.approx(online["jobs"][i]["allocated"]), (gone["jobs"][i], online["jobs"][i])
+    assert gone["total"]["allocated"] == pytest.approx(sum(j["allocated"] for j in gone["jobs"].values()))
+    r = cli_on(c, "usage", "--user", "nobody-here", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["total"]["jobs"] == 0
 
 
 def check_the_local_record(c: FakeGpuCluster, ok: str, bad: str, running: str, tmp_path: Path) -> None:

@@ -55,6 +55,31 @@ def test_usage_sums_per_user_and_sweep_and_filters() -> None:
     assert usage(recs, now=100.0, since=50.0, facts=lambda *a: []).total.jobs == 0
 
 
+def test_the_laptops_copy_of_the_rows_sums_and_filters_as_the_head_does(tmp_path, monkeypatch) -> None:
+    """The head's answer, kept per job on the laptop, summed again once the cluster is gone: the
+    same totals, per user and per sweep, and the same filters."""
+    from rayjobs.oncluster.usage import to_json
+    from rayjobs.submit import ledger
+    from rayjobs.views import usagerecord
+
+    monkeypatch.setenv("RAYJOBS_HOME", str(tmp_path))
+    recs = [record("a-1", [1], at=0.0, user="ann", sweep="sw", state=State.DONE).with_(spans=((0.0, 100.0),)),
+            record("b-1", [2], at=40.0, user="bob", state=State.DONE).with_(spans=((50.0, 80.0),))]
+    head = to_json(usage(recs, 200.0, facts=lambda run_dir, attempts: []))
+    ledger.remember_usage("k", head["jobs"], 200.0)
+    ledger.remember_usage("k", {}, 300.0)  # an empty answer keeps what was there
+    rows = ledger.usage_rows("k")
+    mine = usagerecord.from_record(rows)
+    assert mine["source"] == "record" and mine["at"] == 200.0
+    for part in ("allocated", "startup", "waited", "jobs"):
+        assert mine["total"][part] == pytest.approx(head["total"][part]), part
+        assert mine["users"]["ann"][part] == pytest.approx(head["users"]["ann"][part]), part
+    assert set(mine["sweeps"]) == {"sw"} and mine["sweeps"]["sw"]["jobs"] == 1
+    assert set(usagerecord.from_record(rows, user="bob")["jobs"]) == {"b-1"}
+    assert set(usagerecord.from_record(rows, sweep="sw")["jobs"]) == {"a-1"}
+    assert set(usagerecord.from_record(rows, since=90.0)["jobs"]) == {"a-1"}  # b-1 last active at 80
+
+
 def test_since_takes_a_duration_and_refuses_anything_else() -> None:
     assert since_ts("7d", now=1_000_000.0) == 1_000_000.0 - 7 * 86400
     with pytest.raises(ConfigError, match="give a duration such as 7d"):

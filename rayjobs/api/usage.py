@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from rayjobs.errors import ConfigError
 
@@ -26,22 +26,55 @@ def since_ts(text: Optional[str], now: Optional[float] = None) -> Optional[float
 
 
 def usage(*, user: Optional[str] = None, sweep: Optional[str] = None, since: Optional[str] = None,
-          address: Optional[str] = None) -> dict[str, Any]:
+          address: Optional[str] = None, say: Optional[Callable[[str], None]] = None) -> dict[str, Any]:
     """The GPU-seconds the queue handed out, split into productive, redone, start-up and held idle
     (and the time waited), in all, per user, per sweep and per job; ETTR per row.
 
+    Every answer's per-job rows are kept in the local record; when the cluster does not answer,
+    the split is summed from those (``source`` "record", ``at`` the oldest row's time) and ``say``
+    is told so -- jobs the laptop never got a usage answer for are not in it.
+
     Args:
         user, sweep: only these jobs. since: only jobs queued or active in that window (``7d``).
-        address: the cluster (default: the settings' target).
+        address: the cluster (default: the settings' target). say: where the note goes.
 
     Returns:
         :class:`rayjobs.contract.wire.UsageReply` as a dict.
 
     Raises:
-        ConfigError: a bad ``since``. ClusterUnreachable: no cluster answers.
+        ConfigError: a bad ``since``. ClusterUnreachable: no cluster answers and the local record
+        has no usage of it.
     """
     from rayjobs.client.connection import connect
+    from rayjobs.errors import ClusterUnreachable
+    from rayjobs.submit import ledger
 
     t = since_ts(since)
-    d = connect(address, address_from="--address", quiet=True)
-    return d.queue.usage(user=user, sweep=sweep, since=t)
+    try:
+        d = connect(address, address_from="--address", quiet=True)
+        doc = d.queue.usage(user=user, sweep=sweep, since=t)
+    except ClusterUnreachable as e:
+        return _from_record(address, user, sweep, t, e, say)
+    try:
+        ledger.remember_usage(d.target.key, doc.get("jobs") or {}, float(doc.get("at") or time.time()))
+    except OSError:
+        pass  # a read-only home: the answer is still shown
+    return doc
+
+
+def _from_record(address: Optional[str], user: Optional[str], sweep: Optional[str], since: Optional[float],
+                 err: Exception, say: Optional[Callable[[str], None]]) -> dict[str, Any]:
+    from datetime import datetime
+
+    from rayjobs import settings
+    from rayjobs.submit import ledger
+    from rayjobs.views import usagerecord
+
+    rows = ledger.usage_rows(settings.resolve_target(address).key)
+    if not rows:
+        raise err
+    doc = usagerecord.from_record(rows, user=user, sweep=sweep, since=since)
+    if say:
+        when = datetime.fromtimestamp(doc["at"]).astimezone().isoformat(timespec="seconds") if doc["at"] else "?"
+        say(f"{err}; the usage below is the local record's, as of {when} (jobs since then are not in it)")
+    return doc

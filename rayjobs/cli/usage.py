@@ -27,7 +27,8 @@ def usage_cmd(user: Optional[str], sweep: Optional[str], since: Optional[str], t
     from rayjobs import api
     from rayjobs.views import usagetable
 
-    doc = run_cli(lambda: api.usage(user=user, sweep=sweep, since=since, address=address))
+    doc = run_cli(lambda: api.usage(user=user, sweep=sweep, since=since, address=address,
+                                    say=lambda m: click.echo(f"rayjobs: {m}", err=True)))
     if as_json:
         click.echo(json.dumps(doc, indent=2))
         return

@@ -158,8 +158,10 @@ class UsageReply:
     total: dict[str, Any]
     users: dict[str, dict[str, Any]]
     sweeps: dict[str, dict[str, Any]]
-    jobs: dict[str, dict[str, Any]]
+    jobs: dict[str, dict[str, Any]]  #: per job also its ``user``, ``sweep`` and ``last_at`` (epoch s)
     at: float = 0.0  #: when it was computed (epoch s, the head's clock)
+    #: "cluster", or "record": the laptop's copy of the rows it last got (the cluster did not answer)
+    source: str = "cluster"
 
 
 @dataclass

@@ -197,7 +197,7 @@ async def usage(request: Request, user: Optional[str] = None, sweep: Optional[st
     rj = _rj(request)
     records, now = list(rj.svc.records.values()), time.time()  # a snapshot, taken on the loop's thread
     got = await rj.in_io(lambda: split.usage(records, now, user=user, sweep=sweep, since=since))
-    return answer(dict(split.to_json(got), at=now))
+    return answer(dict(split.to_json(got), at=now, source="cluster"))
 
 
 # --------------------------------------------------------------------------- code

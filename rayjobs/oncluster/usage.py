@@ -73,6 +73,7 @@ class Usage:
     users: dict[str, Split] = field(default_factory=dict)
     sweeps: dict[str, Split] = field(default_factory=dict)
     jobs: dict[str, Split] = field(default_factory=dict)
+    about: dict[str, dict[str, Any]] = field(default_factory=dict)  #: per job: user, sweep, last_at
 
 
 def attempt_facts(run_dir: str, attempts: Iterable[int]) -> list[Attempt]:
@@ -160,6 +161,9 @@ def usage(records: Iterable[JobRecord], now: float, *, user: Optional[str] = Non
         attempts = facts(m.run_dir, list(rec.attempts) + _current(rec)) if m.run_dir else []
         s = split_job(spans, m.gpus, attempts, waited_s(rec, spans, now))
         u.jobs[rec.id] = s
+        # what a laptop needs to filter its copy of the rows again (the cluster gone)
+        u.about[rec.id] = {"user": m.user or "unknown", "sweep": m.sweep or "",
+                           "last_at": max([float(rec.queued_at or 0)] + [b for _, b in spans])}
         u.total.add(s)
         u.users.setdefault(m.user or "unknown", Split()).add(s)
         if m.sweep:
@@ -177,4 +181,4 @@ def _current(rec: JobRecord) -> list[int]:
 def to_json(u: Usage) -> dict[str, Any]:
     return {"total": u.total.to_json(), "users": {k: v.to_json() for k, v in sorted(u.users.items())},
             "sweeps": {k: v.to_json() for k, v in sorted(u.sweeps.items())},
-            "jobs": {k: v.to_json() for k, v in u.jobs.items()}}
+            "jobs": {k: dict(v.to_json(), **u.about.get(k, {})) for k, v in u.jobs.items()}}

@@ -249,3 +249,33 @@ def remember_seen(cluster: str, rows: list[dict[str, Any]]) -> bool:
         old.update({i: dict(v, seen_at=now) for i, v in changed.items()})
         _atomic_write(p, json.dumps(old, sort_keys=True, default=str).encode())
     return True
+
+
+# --------------------------------------------------------------------------- usage, per cluster
+def _usage_path(cluster: str) -> Path:
+    return _seen_path(cluster).with_name(_seen_path(cluster).stem + "-usage.json")
+
+
+def remember_usage(cluster: str, jobs: dict[str, dict[str, Any]], at: float) -> None:
+    """Merge the per-job rows of a ``usage`` answer into ``cluster``'s copy (what ``usage`` says
+    once the cluster is gone); each row keeps the time it was computed (``at``, epoch s)."""
+    import fcntl
+
+    if not jobs:
+        return
+    p = _usage_path(cluster)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    with open(p.with_suffix(".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        old = usage_rows(cluster)
+        old.update({i: dict(r, seen_at=at) for i, r in jobs.items()})
+        _atomic_write(p, json.dumps(old, sort_keys=True, default=str).encode())
+
+
+def usage_rows(cluster: str) -> dict[str, dict[str, Any]]:
+    """``cluster``'s copy of the per-job usage rows (id -> row with ``seen_at``), or {}."""
+    try:
+        doc = json.loads(_usage_path(cluster).read_text())
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
