@@ -82,12 +82,19 @@ def held_by(submission_ids: list[str]) -> dict[str, dict[str, list[float]]]:
     return out
 
 
-def nodes() -> tuple[list[capacity.Node], dict[str, list[int]]]:
+def free_now() -> dict[str, Any]:
+    """Ray's availability view, per node (one GCS query)."""
+    import ray
+
+    return ray._private.state.available_resources_per_node()
+
+
+def nodes(free: Optional[dict[str, Any]] = None) -> tuple[list[capacity.Node], dict[str, list[int]]]:
     """(the alive nodes with what is free on each, the CREATED GPU groups per Ray JobID)."""
     import ray
 
     total = ray._private.state.total_resources_per_node()
-    free = ray._private.state.available_resources_per_node()
+    free = free_now() if free is None else free
     used, created = placement()
     out = []
     for n in capacity.nodes_from_ray(total, free):
@@ -134,6 +141,9 @@ class Observed:
 
 #: A preemption's "what would it free" answer is kept this long for the same candidates (GCS queries).
 HOLDINGS_FRESH_S = 5.0
+#: While nothing moves (the same free GPUs and CPUs, the same running jobs, all placed), the full
+#: reading (placement groups, drivers) is taken again only this often.
+FULL_EVERY_S = 1.0
 
 
 class ClusterReader:
@@ -141,10 +151,27 @@ class ClusterReader:
 
     def __init__(self) -> None:
         self._held: tuple[float, tuple[str, ...], Mapping[str, Any]] = (0.0, (), {})
+        self._last: tuple[float, Any, Observed] = (0.0, None, Observed())
 
     def observe(self, running: Mapping[str, Any]) -> Observed:
-        """``running``: id -> the queue's Running entry (its groups, retries, what it had unplaced)."""
-        nodes_now, created = nodes()
+        """``running``: id -> the queue's Running entry (its groups, retries, what it had unplaced).
+
+        One GCS query when nothing moved since the last full reading (less than
+        :data:`FULL_EVERY_S` ago); a trainer leaving frees its placement groups, which moves the
+        free GPUs, and a job with groups still to place is always read in full."""
+        free = free_now()
+        key = (tuple(sorted((n, float(d.get("GPU", 0)), float(d.get("CPU", 0))) for n, d in free.items())),
+               tuple((i, r.in_ray, r.ending) for i, r in running.items()))
+        at, last_key, last = self._last
+        if (key == last_key and time.monotonic() - at < FULL_EVERY_S
+                and not any(r.unplaced for r in running.values() if r.in_ray)):
+            return Observed(list(last.nodes), {i: None if v is None else list(v) for i, v in last.unplaced.items()})
+        out = self._observe(running, free)
+        self._last = (time.monotonic(), key, out)
+        return out
+
+    def _observe(self, running: Mapping[str, Any], free: dict[str, Any]) -> Observed:
+        nodes_now, created = nodes(free)
         out = Observed(nodes_now)
         for job_id, r in running.items():
             if not r.in_ray:
