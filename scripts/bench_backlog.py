@@ -551,6 +551,22 @@ def backlog(c: FakeGpuCluster, work: Path, a: argparse.Namespace, r: dict[str, A
     return ids
 
 
+def status_walls(c: FakeGpuCluster, n: int = 7) -> dict[str, list[float]]:
+    """Cold ``rayjobs status ID --json`` walls of the first waiting job, with and without byte code cached."""
+    job = next(v["submission_id"] for v in c.queue().jobs() if v["status"] == "QUEUED")
+    out: dict[str, list[float]] = {}
+    for name, env in (("nopyc", dict(c.client_env(), PYTHONDONTWRITEBYTECODE="1")),
+                      ("pyc", {k: v for k, v in c.client_env().items() if k != "PYTHONDONTWRITEBYTECODE"})):
+        subprocess.run([sys.executable, "-m", "rayjobs.cli", "status", job, "--json"], env=env, capture_output=True)
+        walls = []
+        for _ in range(n):
+            t = time.monotonic()
+            subprocess.run([sys.executable, "-m", "rayjobs.cli", "status", job, "--json"], env=env, capture_output=True, check=True)
+            walls.append(time.monotonic() - t)
+        out[name] = walls
+    return out
+
+
 def idle_only(runs: int) -> None:
     """The queue actor's CPU with nothing changing (the blocker, one pre-started waiting job), ``runs`` x 30 s."""
     import statistics
@@ -565,6 +581,7 @@ def idle_only(runs: int) -> None:
             try:
                 base_state(c, r)
                 got = [r["idle0"]] + [idle_cpu(r["q_pid"], 30) for _ in range(runs - 1)]
+                st = status_walls(c)
             finally:
                 c.stop(hard=True)
     finally:
@@ -579,6 +596,11 @@ waiting job (pre-started): nothing changes. The queue actor's utime+stime over 3
 {'met' if statistics.median(pcts) <= 2 else 'missed'}). Load average {', '.join(f"{g['load']:.1f}" for g in got)} on {os.cpu_count()} cores.
 While nothing moves the queue reads only Ray's availability view each 0.1 s tick (one GCS query,
 most of what is left), the full reading (placement groups, drivers) once a second.
+
+`rayjobs status ID --json` of the waiting job, 7 cold runs each: median **{statistics.median(st['pyc']):.3f} s** with
+Python's byte code cached (as on a usual laptop; {', '.join(f'{x:.3f}' for x in st['pyc'])}), median
+{statistics.median(st['nopyc']):.3f} s with this machine's `PYTHONDONTWRITEBYTECODE=1` (every run compiles rayjobs'
+modules again: {', '.join(f'{x:.3f}' for x in st['nopyc'])}). Target ≤ 0.3 s (there with 10,000 waiting: see above).
 """
     benchlib.write_section("backlog-idle", md)
     print(md)
