@@ -5,8 +5,9 @@ as its return value (a launcher that waited for RL runs to finish would be wrong
 point is composed and checked before any is submitted, so one bad point submits nothing.
 
 Composition is shared: the first point is composed by Hydra; a point that differs from it only in
-plain key values is derived from it by applying those values to an unpickled copy of the base
-(milliseconds, not a full compose).
+plain key values is derived from it (:mod:`rayjobs.submit.derive`): without a config tree of its
+own where it only sets scalar leaves nothing else reads, else by applying those values to an
+unpickled copy of the base (milliseconds, not a full compose).
 Points that change a config group are composed in full. The ``rayjobs`` sweeper is Hydra's basic
 sweeper minus its per-point pre-composition, which this launcher does itself.
 """
@@ -23,7 +24,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf
 
 
 @dataclass
@@ -75,8 +76,10 @@ class RayjobsLauncher(Launcher):
 
     # ------------------------------------------------------------------ shared composition
     def compose_points(self, batch: List[List[str]]) -> List[Any]:
+        """Every point of ``batch`` composed and checked: the first in full, the others derived from
+        it where they differ only in plain keys (:mod:`rayjobs.submit.derive`)."""
         from rayjobs.submit import compose
-        from rayjobs.submit import configcache
+        from rayjobs.submit.derive import Deriver
 
         assert self.config is not None and self.hydra_context is not None
         loader = self.hydra_context.config_loader
@@ -87,27 +90,18 @@ class RayjobsLauncher(Launcher):
             with compose.translate_errors(base_overrides):
                 base_cfg = loader.load_sweep_config(self.config, list(base_overrides))
             base = compose.finish(base_cfg, base_overrides)
-        # A pickle of the finished base config is the cheap way to a private copy of it:
-        # unpickling rebuilds the node tree without re-validating ~1000 nodes (a few ms per
-        # point, against ~50-100 ms for OmegaConf.create or a deepcopy on a 2-core machine).
-        blob = pickle.dumps(base.cfg)
-        base_raw = configcache.raw(base.cfg)
+        deriver = Deriver(base)
+        shared = set(base_overrides)
+        parsed_once: dict[str, Any] = {}  # a grid repeats each value of an axis on many points
         out = [base]
         for overrides in batch[1:]:
-            diff = [o for o in overrides if o not in base_overrides]
-            parsed = parser.parse_overrides(diff)
-            if all(self._plain(p, base.cfg) for p in parsed):
-                cfg = pickle.loads(blob)
-                OmegaConf.set_readonly(cfg, False)
-                with compose.translate_errors(diff):
-                    for p in parsed:
-                        OmegaConf.update(cfg, p.key_or_group, p.value(), merge=False, force_add=p.is_add())
-                with open_dict(cfg):
-                    cfg["hydra"] = {"runtime": {"choices": {"exp": base.experiment}}}
-                point = compose.finish(cfg, overrides)
-                # its plain copy, too, is the base's with the swept leaves set (no full walk)
-                configcache.remember_raw(point.cfg, configcache.derive_raw(base_raw, point.cfg, [p.key_or_group for p in parsed]))
-                out.append(point)
+            diff = [o for o in overrides if o not in shared]
+            for o in diff:
+                if o not in parsed_once:
+                    parsed_once[o] = parser.parse_overrides([o])[0]
+            parsed = [parsed_once[o] for o in diff]
+            if all(deriver.plain(p) for p in parsed):
+                out.append(deriver.derive(overrides, diff, parsed))
             else:  # a config group changes: compose this point in full
                 with compose.translate_errors(overrides):
                     cfg = loader.load_sweep_config(self.config, list(overrides))

@@ -34,7 +34,7 @@ from rayjobs.preflight.problem import UNSET, VERL_FIX, Problem, note
 from rayjobs.preflight.rules import config_problems
 from rayjobs.preflight.secretnames import cluster_env_names
 from rayjobs.preflight.tools import tool_problems
-from rayjobs.submit.configcache import resolve_points
+from rayjobs.submit.derive import plain_configs
 
 if TYPE_CHECKING:
     from rayjobs.client.dashboard import Dashboard
@@ -76,7 +76,7 @@ def check_all(prepared: Sequence[Any]) -> None:
     if not prepared or not _enabled(prepared):
         return
     t0 = time.perf_counter()
-    plains = resolve_points([p.composed.cfg for p in prepared])
+    plains = plain_configs([p.composed for p in prepared])
     t_res = time.perf_counter()
     where: dict[str, Any] = {}
     per_point = [_own_problems(p, cfg, where) for p, cfg in zip(prepared, plains)]

@@ -18,7 +18,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
 from rayjobs import settings
 from rayjobs.errors import ConfigError, closest, did_you_mean
@@ -347,8 +347,11 @@ def warn_new_groups(overrides: Sequence[str]) -> None:
 _TYPE_NAMES = {bool: "a boolean (true/false)", int: "an integer", float: "a number", str: "a string"}
 
 
-def check_types(cfg: Any, overrides: Sequence[str]) -> None:
-    """Hydra accepts ``trainer.nnodes=two``; verl would fail on the GPUs. Catch it here."""
+def check_types(cfg: Any, overrides: Sequence[str], value_of: Optional[Callable[[str], Any]] = None) -> None:
+    """Hydra accepts ``trainer.nnodes=two``; verl would fail on the GPUs. Catch it here.
+
+    ``value_of``: a key's value (default: selected from ``cfg``; a derived sweep point has no tree).
+    """
     from omegaconf import OmegaConf
 
     verl_keys = verl_schema()
@@ -359,7 +362,7 @@ def check_types(cfg: Any, overrides: Sequence[str]) -> None:
         default = verl_keys.get(key)
         if default is None or isinstance(default, str) and "${" in default:
             continue
-        value = OmegaConf.select(cfg, key, throw_on_missing=False)
+        value = value_of(key) if value_of else OmegaConf.select(cfg, key, throw_on_missing=False)
         if isinstance(value, str) and "${" in value:
             continue
         want = type(default)
@@ -376,12 +379,12 @@ def check_types(cfg: Any, overrides: Sequence[str]) -> None:
             )
 
 
-def check_absolute(cfg: Any, overrides: Sequence[str]) -> None:
+def check_absolute(cfg: Any, overrides: Sequence[str], value_of: Optional[Callable[[str], Any]] = None) -> None:
     """User-set paths that verl resolves against the job's temp dir must be absolute (design §5)."""
     from omegaconf import OmegaConf
 
     for key in {override_key(o) for o in overrides} & set(_ABS_KEYS):
-        value = OmegaConf.select(cfg, key)
+        value = value_of(key) if value_of else OmegaConf.select(cfg, key)
         if value and not str(value).startswith("${") and not os.path.isabs(str(value)) and "://" not in str(value):
             raise ConfigError(
                 f"{key}={value!r} is a relative path; verl would write it under Ray's temporary "

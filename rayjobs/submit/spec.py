@@ -14,10 +14,11 @@ import shlex
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from types import MappingProxyType
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from rayjobs.shared import SECRET_PATTERN, __version__
 from rayjobs.submit.compose import Composed, is_own, override_key
+from rayjobs.submit.derive import values_of
 from rayjobs.submit.schema import after_ids
 from rayjobs.errors import ConfigError
 
@@ -122,15 +123,6 @@ def format_value(v: Any) -> str:
     return "'" + s.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def _value(cfg: Any, key: str) -> Any:
-    from omegaconf import DictConfig, ListConfig, OmegaConf
-
-    node = OmegaConf.select(cfg, key, throw_on_missing=False)
-    if isinstance(node, (DictConfig, ListConfig)):
-        return OmegaConf.to_container(node, resolve=True)
-    return node
-
-
 def verl_overrides(c: Composed, forced: Mapping[str, Any]) -> list[str]:
     """The verl overrides, in order: preset keys, the user's, then rayjobs' forced keys.
 
@@ -138,26 +130,25 @@ def verl_overrides(c: Composed, forced: Mapping[str, Any]) -> list[str]:
     arrive as plain values; overrides that are not plain keys (``~key``, group choices) pass as
     typed. Each key appears once.
     """
-    from omegaconf import OmegaConf
-
     from rayjobs.submit.compose import verl_schema
 
+    vals = values_of(c)
     verl_keys = verl_schema()
     out: dict[str, str] = {}
     for key in c.preset:
         # A preset may add keys verl's defaults lack (e.g. inside `override_config: {}`); on
         # verl's command line those need `++` (add or override), or verl's struct mode refuses them.
         add = "++" if verl_keys and key not in verl_keys else ""
-        out[key] = f"{add}{key}={format_value(_value(c.cfg, key))}"
+        out[key] = f"{add}{key}={format_value(vals.value(key))}"
     for ov in c.overrides:
         if is_own(ov):
             continue
         key = override_key(ov)
-        if ov.startswith("~") or "=" not in ov or "@" in key or OmegaConf.select(c.cfg, key, default="__absent__") == "__absent__":
+        if ov.startswith("~") or "=" not in ov or "@" in key or vals.select(key, "__absent__") == "__absent__":
             out[key] = ov
         else:
             plus = "+" if ov.startswith("+") else ""
-            out[key] = f"{plus}{key}={format_value(_value(c.cfg, key))}"
+            out[key] = f"{plus}{key}={format_value(vals.value(key))}"
     for key, value in forced.items():
         out.pop(key, None)
         out[key] = f"{key}={format_value(value)}"
@@ -173,15 +164,19 @@ def gpu_groups(cfg: Any) -> list[int]:
     """
     from omegaconf import OmegaConf
 
+    return _gpu_groups(lambda key, default: OmegaConf.select(cfg, key, default=default))
+
+
+def _gpu_groups(select: Callable[[str, Any], Any]) -> list[int]:
     def num(key: str, default: int = 0) -> int:
-        v = OmegaConf.select(cfg, key, default=default)
+        v = select(key, default)
         try:
             return int(v)
         except (TypeError, ValueError):
             raise ConfigError(f"{key}={v!r} must be an integer (it sets the job's GPU demand)")
 
     groups = [num("trainer.n_gpus_per_node", 8)] * num("trainer.nnodes", 1)
-    if OmegaConf.select(cfg, "reward.reward_model.enable_resource_pool", default=False):
+    if select("reward.reward_model.enable_resource_pool", False):
         groups += [num("reward.reward_model.n_gpus_per_node")] * num("reward.reward_model.nnodes")
     return [g for g in groups if g > 0]
 
@@ -190,7 +185,10 @@ def config_hash(cfg: Any) -> str:
     """Stable short hash of the composed (unresolved) config."""
     from rayjobs.submit import configcache
 
-    doc = json.dumps(configcache.raw(cfg), sort_keys=True, default=str)
+    return _digest(json.dumps(configcache.raw(cfg), sort_keys=True, default=str))
+
+
+def _digest(doc: str) -> str:
     return hashlib.sha256(doc.encode()).hexdigest()[:12]
 
 
@@ -211,26 +209,40 @@ def job_env(rj: Any) -> dict[str, str]:
 
 def base_metadata(c: Composed, ctx: Context) -> dict[str, str]:
     """The metadata every rayjobs job carries (strings: Ray's metadata is str -> str)."""
-    rj = c.cfg.rayjobs
+    from rayjobs.submit.derive import canonical_json
+
+    own = values_of(c).read("own_metadata", ("rayjobs",), _own_metadata)
     return {
         "rayjobs": __version__,
         "experiment": c.experiment,
         "overrides": json.dumps(list(c.overrides)),
         "sweep": ctx.sweep or "",
         "sweep_overrides": json.dumps(list(ctx.sweep_overrides)),
-        "priority": str(int(rj.priority)),
-        "max_retries": str(int(rj.max_retries)),
+        "priority": own["priority"],
+        "max_retries": own["max_retries"],
         "git_sha": ctx.git_sha,
         "git_dirty": "1" if ctx.git_dirty else "0",
-        "config_hash": config_hash(c.cfg),
+        "config_hash": _digest(canonical_json(c)),
         "submitted_at": ctx.now.isoformat(timespec="milliseconds"),
-        "kind": str(rj.kind),
-        "user": str(rj.user or _os_user()),
-        "preemptible": "1" if rj.preemptible else "0",
-        "preempt_wait_s": f"{float(rj.preempt_wait_s):g}",
-        # the ids as typed (a sweep id stands for its points): the queue resolves them when it queues
-        **({"after": json.dumps(after_ids(rj.after))} if after_ids(rj.after) else {}),
-        **({"halving": _halving(rj.halving)} if str(rj.halving.metric or "") else {}),
+        **own["tail"],
+    }
+
+
+def _own_metadata(cfg: Any) -> dict[str, Any]:
+    """The metadata a job takes from its ``rayjobs`` node (read once for all the points of a sweep that share it)."""
+    rj = cfg.rayjobs
+    return {
+        "priority": str(int(rj.priority)),
+        "max_retries": str(int(rj.max_retries)),
+        "tail": {  # the keys after config_hash and submitted_at, in order
+            "kind": str(rj.kind),
+            "user": str(rj.user or _os_user()),
+            "preemptible": "1" if rj.preemptible else "0",
+            "preempt_wait_s": f"{float(rj.preempt_wait_s):g}",
+            # the ids as typed (a sweep id stands for its points): the queue resolves them when it queues
+            **({"after": json.dumps(after_ids(rj.after))} if after_ids(rj.after) else {}),
+            **({"halving": _halving(rj.halving)} if str(rj.halving.metric or "") else {}),
+        },
     }
 
 
@@ -257,21 +269,22 @@ def verl_args(c: Composed, run: str, storage: str) -> tuple[list[str], dict[str,
     """
     from omegaconf import OmegaConf
 
-    cfg = c.cfg
-    project = str(OmegaConf.select(cfg, "trainer.project_name", default="rayjobs"))
+    vals = values_of(c)
+    project = str(vals.select("trainer.project_name", "rayjobs"))
     if any(override_key(o) == "trainer.experiment_name" for o in c.overrides):
-        run = str(cfg.trainer.experiment_name)
-    ckpt = OmegaConf.select(cfg, "trainer.default_local_dir")
+        run = vals.read("experiment_name", ("trainer.experiment_name",), lambda cfg: str(cfg.trainer.experiment_name), str)
+    ckpt = vals.select("trainer.default_local_dir")
     user_dir = any(override_key(o) == "trainer.default_local_dir" for o in c.overrides)
     ckpt = str(ckpt) if user_dir else f"{storage}/checkpoints/{project}/{run}"
-    logger = list(OmegaConf.to_container(cfg.trainer.logger, resolve=True) or [])
+    logger = vals.read("logger", ("trainer.logger",),
+                       lambda cfg: list(OmegaConf.to_container(cfg.trainer.logger, resolve=True) or []))
     forced: dict[str, Any] = {
         "trainer.experiment_name": run,
         "trainer.default_local_dir": ckpt,
         "trainer.logger": logger + ([] if "file" in logger else ["file"]),
     }
     meta = {"run": run, "run_dir": f"{storage}/runs/{project}/{run}", "checkpoint_dir": ckpt,
-            "gpu_groups": json.dumps(gpu_groups(cfg))}
+            "gpu_groups": json.dumps(_gpu_groups(vals.select))}
     return verl_overrides(c, forced), meta
 
 
@@ -286,31 +299,42 @@ def wandb_run(run: str) -> dict[str, str]:
 
 def build_spec(c: Composed, ctx: Context) -> JobSpec:
     """The Ray job for one composed point. Pure: same inputs, same spec."""
-    from omegaconf import OmegaConf
-
-    rj = c.cfg.rayjobs
+    vals = values_of(c)
+    own = vals.read("own", ("rayjobs",), _own)
     sid = job_id(c.experiment, ctx)
-    storage = str(rj.storage)
-    if not storage.startswith("/"):
-        raise ConfigError(f"rayjobs.storage={storage!r} is a relative path; give an absolute path on the cluster's shared storage")
-    env = job_env(rj)
     run = sid
     if ctx.sweep is not None and ctx.sweep_overrides:
         run = f"{ctx.sweep}_{slug(point_label(ctx.sweep_overrides, '-'), 80)}"
     meta = base_metadata(c, ctx)
-    if rj.kind == "verl":
-        args, more = verl_args(c, run, storage)
-    elif rj.kind == "command":
-        args = [str(a) for a in OmegaConf.to_container(rj.args, resolve=True)]
-        more = {"run": run, "run_dir": f"{storage}/runs/{slug(c.experiment, 40)}/{run}", "gpu_groups": "[]"}
+    if own["kind"] == "verl":
+        args, more = verl_args(c, run, own["storage"])
+    elif own["kind"] == "command":
+        args = own["args"]
+        more = {"run": run, "run_dir": f"{own['storage']}/runs/{slug(c.experiment, 40)}/{run}", "gpu_groups": "[]"}
     else:
-        raise ConfigError(f"rayjobs.kind={rj.kind!r} is not one of: verl, command")
+        raise ConfigError(f"rayjobs.kind={own['kind']!r} is not one of: verl, command")
     meta.update(more)
-    if rj.kind == "verl" and "wandb" in str(OmegaConf.select(c.cfg, "trainer.logger", default="")):
+    env = dict(own["env"])
+    if own["kind"] == "verl" and "wandb" in str(vals.select("trainer.logger", "")):
         env = {**wandb_run(meta["run"]), **env}  # the user's own WANDB_RUN_ID wins
-    entrypoint = " ".join([RUNNER, str(rj.entrypoint)] + [shlex.quote(a) for a in args])
-    runtime_env: dict[str, Any] = {"working_dir": ctx.working_dir, "excludes": list(rj.excludes)}
+    entrypoint = " ".join([RUNNER, own["entrypoint"]] + [shlex.quote(a) for a in args])
+    runtime_env: dict[str, Any] = {"working_dir": ctx.working_dir, "excludes": list(own["excludes"])}
     if env:
         runtime_env["env_vars"] = env
     return JobSpec(entrypoint=entrypoint, submission_id=sid, runtime_env=MappingProxyType(runtime_env),
                    metadata=MappingProxyType(meta))
+
+
+def _own(cfg: Any) -> dict[str, Any]:
+    """What a spec takes from the ``rayjobs`` node, checked in build_spec's order (the same for every
+    point of a sweep that sweeps no ``rayjobs`` key, so read once)."""
+    from omegaconf import OmegaConf
+
+    rj = cfg.rayjobs
+    storage = str(rj.storage)
+    if not storage.startswith("/"):
+        raise ConfigError(f"rayjobs.storage={storage!r} is a relative path; give an absolute path on the cluster's shared storage")
+    own = {"storage": storage, "env": job_env(rj), "kind": rj.kind}
+    if rj.kind == "command":
+        own["args"] = [str(a) for a in OmegaConf.to_container(rj.args, resolve=True)]
+    return {**own, "entrypoint": str(rj.entrypoint), "excludes": list(rj.excludes)}
