@@ -2,13 +2,14 @@
 
 One real Ray cluster with fake GPUs (3 nodes x 2 GPUs, ``tests/clusters.py``), inside a private
 network namespace, with the verl stand-in holding a STRICT_PACK placement group of one GPU per
-point. The same 27-point grid (9 ``+fake.score_offset`` x 3 ``+fake.score_peak``: a point's score
-rises by the same slope until its peak, then falls, so a high-offset point that peaks early leads
-at the first rungs and ends behind a low-offset one that peaks late) is run:
+point. The same 27-point grid (9 ``+fake.score_offset`` x 3 ``+fake.score_peak``, the peaks as
+fractions of ``--steps``: a point's score rises by the same slope until its peak, then falls, so a
+high-offset point that peaks early leads at the first rungs and ends behind a low-offset one that
+peaks late) is run:
 
 * A: in full (no halving);
-* B: with halving (``rayjobs.halving.metric=critic/score/mean``, rungs ``[4,8]``, keep 1/3), and again
-  with each further rung setting of ``--rungs`` while the time budget allows.
+* B: with halving (``rayjobs.halving.metric=critic/score/mean``, keep 1/3), once per rung setting of
+  ``--rungs`` (default: 1/4 and 1/2 of the steps, then 1/8, 1/4 and 1/2) while the time budget allows.
 
 Every job of a run ended before the next run is submitted. Per run: GPU-seconds (sum over the jobs
 of admission -> end, from the queue's view, x their GPUs; Ray's start -> end too), the ratio to A,
@@ -16,11 +17,18 @@ whether the grid's best final point SUCCEEDED, wall time from the submit to its 
 "crossing" points (final value in the grid's top third, value at the setting's first rung not)
 were halved. The curves are fake_verl.py's formula (checked against run A's final metrics).
 
-Each run's raw result (every job's view, the submit time) is kept in ``--dump`` as it ends;
-``--resume`` reuses the runs found there and runs only the missing settings (none missing: it only
-writes the section again).
+Where a job's time goes: while a run waits, the script samples every point's metrics file (the
+step-N line is written the moment step N ends) every ``--sample-s``; before the cluster goes, it
+reads each job's log (the runner's ``trainer started ... at`` stamp, the checkpoint watch's lines).
+With the queue's admission / end and Ray's start, that splits each job into admission -> Ray's
+start -> the trainer's start -> its first step (start-up), training, and last step -> end; and a
+halved point into its rung's step -> the queue's verdict -> its last step -> its end.
 
-    .venv/bin/python scripts/bench_halving.py [--steps 16] [--step-s 0.3] [--rungs 4,8 --rungs 8] [--budget-s 840]
+Each run's raw result (every job's view, the samples, the logs, the submit time) is kept in
+``--dump`` as it ends; ``--resume`` reuses the runs found there (same steps, step time, peaks and
+save_freq) and runs only the missing settings (none missing: it only writes the section again).
+
+    .venv/bin/python scripts/bench_halving.py [--steps 32] [--step-s 1.75] [--rungs 8,16 --rungs 4,8,16] [--budget-s 1500]
 """
 
 from __future__ import annotations
@@ -29,7 +37,9 @@ import argparse
 import json
 import math
 import os
+import re
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -40,15 +50,34 @@ sys.path.insert(0, str(Path(__file__).parent))
 import benchlib  # noqa: E402
 
 from clusters import FakeGpuCluster  # noqa: E402  (benchlib puts tests/ on sys.path)
+from rayjobs.shared import parse_stamp  # noqa: E402
 
 METRIC = "critic/score/mean"
 #: Scrambled, so the points that start first (and so reach a rung first, where ASHA lets them on
 #: against fewer rivals) are neither the best nor the worst.
 OFFSETS = (0.16, 0.0, 0.28, 0.08, 0.32, 0.04, 0.2, 0.12, 0.24)
-PEAKS = (6, 11, 16)
+#: The peaks as fractions of the steps: 6, 11 and 16 of 16 steps (the first version's grid).
+PEAK_FRACTIONS = (0.375, 0.6875, 1.0)
+#: The default rung settings, as fractions of the steps: the first version's [4,8] of 16, then a
+#: ladder shaped like the issue's [50,100,200] (each rung twice the one before).
+RUNG_FRACTIONS = ((0.25, 0.5), (0.125, 0.25, 0.5))
 KEEP = 0.333
+#: How the proportions were aimed (a calibration run before the reported one, not kept).
+CALIBRATION = ("aimed at 10-15 % from a calibration run (8 steps of 1 s, on a machine also running another "
+               "engineer's cluster) that measured a median start-up of 8.1 s and end of 9.4 s")
 NODES = ((2, 6), (2, 6), (2, 6))
 Point = tuple[float, int]
+#: The run this section reported before, for reference (its start-up dominated: see the section).
+BEFORE = ("before (the previous version of this section: 16 steps of 1.5 s, peaks 6,11,16, `trainer.save_freq=2`): "
+          "A 1230.2 GPU-s, B [4,8] 1114.1 GPU-s = **91 %** (Ray's clock 935.2 / 1090.6 = 86 %), 284 of 432 steps "
+          "trained (66 %), 18 halved (12 at step 4, 6 at step 8), 9 SUCCEEDED, the best point SUCCEEDED, 5 of 6 "
+          "crossing points halved, a halved point trained 0-5 steps past its rung; each job held its GPU "
+          "1230.2 / 27 - 24 = 21.6 s beyond its 24 s of training (its start-up and end: 47 % of A's GPU-s)")
+
+
+def peaks(steps: int, fractions: tuple[float, ...] = PEAK_FRACTIONS) -> tuple[int, ...]:
+    """The grid's ``+fake.score_peak`` values for ``steps``."""
+    return tuple(max(1, round(f * steps)) for f in fractions)
 
 
 def score(offset: float, peak: int, step: int, steps: int) -> float:
@@ -69,11 +98,11 @@ def point_of(view: dict[str, Any]) -> Point:
     return float(kv["fake.score_offset"]), int(kv["fake.score_peak"])
 
 
-def submit_grid(c: FakeGpuCluster, work: Path, steps: int, step_s: float, rungs: Optional[str]) -> tuple[list[str], float]:
+def submit_grid(c: FakeGpuCluster, work: Path, a: argparse.Namespace, rungs: Optional[str]) -> tuple[list[str], float]:
     """``python -m rayjobs.submit -m`` of the grid, as a user would (cwd: the project); (ids, submit time)."""
-    args = ["-m", "+exp=fake_ppo", "+fake.hold_gpus=true", f"+fake.steps={steps}", f"+fake.step_s={step_s}",
-            "trainer.save_freq=2", "trainer.n_gpus_per_node=1", "trainer.nnodes=1",
-            f"+fake.score_offset={','.join(map(str, OFFSETS))}", f"+fake.score_peak={','.join(map(str, PEAKS))}"]
+    args = ["-m", "+exp=fake_ppo", "+fake.hold_gpus=true", f"+fake.steps={a.steps}", f"+fake.step_s={a.step_s}",
+            f"trainer.save_freq={a.save_freq}", "trainer.n_gpus_per_node=1", "trainer.nnodes=1",
+            f"+fake.score_offset={','.join(map(str, OFFSETS))}", f"+fake.score_peak={','.join(map(str, a.peak_steps))}"]
     if rungs:
         args += [f"rayjobs.halving.metric={METRIC}", f"rayjobs.halving.rungs=[{rungs}]", f"rayjobs.halving.keep={KEEP}"]
     t0 = time.time()
@@ -82,13 +111,38 @@ def submit_grid(c: FakeGpuCluster, work: Path, steps: int, step_s: float, rungs:
     if r.returncode != 0:
         raise RuntimeError(f"submit failed ({r.returncode}): {r.stderr[-3000:]}")
     ids = r.stdout.split()
-    if len(ids) != len(OFFSETS) * len(PEAKS):
-        raise RuntimeError(f"expected {len(OFFSETS) * len(PEAKS)} ids, got {ids}\n{r.stderr[-2000:]}")
+    if len(ids) != len(OFFSETS) * len(a.peak_steps):
+        raise RuntimeError(f"expected {len(OFFSETS) * len(a.peak_steps)} ids, got {ids}\n{r.stderr[-2000:]}")
     return ids, t0
 
 
-def wait_ended(c: FakeGpuCluster, ids: list[str], timeout: float) -> dict[str, dict[str, Any]]:
-    """Poll the queue (GET /v1/jobs?sweep=) until every job of ``ids`` has ended, bounded; their views.
+def sample_steps(run_dirs: dict[str, str], seen: dict[str, dict[int, float]], sizes: dict[str, int]) -> None:
+    """The first time each job's metrics files show each step (a file is read again only when it grew)."""
+    now = time.time()
+    for jid, rd in run_dirs.items():
+        try:
+            files = [p for p in Path(rd).iterdir() if p.name.startswith("metrics.") and p.name.endswith(".jsonl")]
+        except OSError:
+            continue
+        for p in files:
+            try:
+                size = p.stat().st_size
+            except OSError:
+                continue
+            if sizes.get(str(p)) == size:
+                continue
+            sizes[str(p)] = size
+            for line in p.read_bytes().splitlines():
+                try:
+                    step = int(json.loads(line)["step"])
+                except (ValueError, KeyError, TypeError):
+                    continue  # a line being written
+                seen[jid].setdefault(step, now)
+
+
+def wait_ended(c: FakeGpuCluster, ids: list[str], timeout: float, sample_s: float) -> tuple[dict[str, dict[str, Any]], dict[str, dict[int, float]]]:
+    """Poll the queue (GET /v1/jobs?sweep=, every second) until every job of ``ids`` has ended, bounded,
+    sampling the jobs' metrics files every ``sample_s`` meanwhile; (their views, {job: {step: first seen}}).
     A poll the queue does not answer in time (a loaded machine) is tried again until the deadline."""
     from rayjobs.client.queueapi import QueueDown
 
@@ -96,23 +150,71 @@ def wait_ended(c: FakeGpuCluster, ids: list[str], timeout: float) -> dict[str, d
     sweep = q.job(ids[0])["metadata"]["sweep"]
     deadline = time.monotonic() + timeout
     got: dict[str, dict[str, Any]] = {}
+    seen: dict[str, dict[int, float]] = {i: {} for i in ids}
+    sizes: dict[str, int] = {}
+    run_dirs: dict[str, str] = {}
+    next_poll = 0.0
     while time.monotonic() < deadline:
-        try:
-            got = {v["submission_id"]: v for v in q.jobs(sweep=sweep) if v["submission_id"] in ids}
-        except QueueDown as e:
-            print(f"[bench] {e}: polling again", flush=True)
-            continue
-        if len(got) == len(ids) and all(v["state"] == "done" for v in got.values()):
-            return got
-        time.sleep(1.0)
+        if time.monotonic() >= next_poll:
+            next_poll = time.monotonic() + 1.0
+            try:
+                got = {v["submission_id"]: v for v in q.jobs(sweep=sweep) if v["submission_id"] in ids}
+            except QueueDown as e:
+                print(f"[bench] {e}: polling again", flush=True)
+                continue
+            run_dirs.update({i: v["metadata"]["run_dir"] for i, v in got.items() if v["metadata"].get("run_dir")})
+            if len(got) == len(ids) and all(v["state"] == "done" for v in got.values()):
+                sample_steps(run_dirs, seen, sizes)
+                return got, seen
+        sample_steps(run_dirs, seen, sizes)
+        time.sleep(sample_s)
     left = {i: (v["state"], v.get("status")) for i, v in got.items() if v["state"] != "done"}
     raise RuntimeError(f"{len(left)} jobs not ended after {timeout:.0f} s: {left}")
 
 
-def gpu_s(v: dict[str, Any], ray_clock: bool = False) -> float:
-    """GPU-seconds a job held: admission -> end (queue), or Ray's start -> end (``ray_clock``); 1 GPU each."""
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+RAYJOBS_LINE = re.compile(r"\[rayjobs\] .*")
+
+
+def job_logs(c: FakeGpuCluster, ids: list[str]) -> dict[str, list[str]]:
+    """Each job's ``[rayjobs]`` log lines (the runner's and its checkpoint watch's), from Ray's Jobs API."""
+    d = c.dashboard()
+    out: dict[str, list[str]] = {}
+    for i in ids:
+        try:
+            text = d.logs(i)
+        except Exception as e:  # noqa: BLE001 (a log the head lost: that job's breakdown has gaps)
+            out[i] = [f"(no log: {e})"]
+            continue
+        out[i] = [m.group(0) for line in ANSI.sub("", text).replace("\r", "\n").splitlines()
+                  if (m := RAYJOBS_LINE.search(line))]
+    return out
+
+
+def queue_events(c: FakeGpuCluster, ids: list[str]) -> list[list[Any]]:
+    """The queue actor's recent events (time, what, detail) about ``ids`` (its ``reap took`` ones: how
+    long the reap at each job's end took), through a Ray driver of this process for a moment."""
+    import ray
+
+    try:
+        ray.init(address=c.gcs, logging_level="ERROR", log_to_driver=False, configure_logging=False)
+        events = ray.get(ray.get_actor("queue", namespace="rayjobs").snapshot.remote(), timeout=60)["events"]
+    except Exception as e:  # noqa: BLE001 (the breakdown then lacks the reaps)
+        print(f"[bench] no queue events: {type(e).__name__}: {e}", flush=True)
+        return []
+    finally:
+        ray.shutdown()
+    want = set(ids)
+    return [list(e) for e in events if str(e[2]).split(":")[0].split(" ")[0] in want]
+
+
+def gpu_s(v: dict[str, Any], ray_clock: bool = False, until_ray_end: bool = False) -> float:
+    """GPU-seconds a job held: admission -> end (queue), Ray's start -> end (``ray_clock``), or admission ->
+    Ray's end (``until_ray_end``: its trainer has left the GPUs, the queue reaps and settles it after); 1 GPU each."""
     if ray_clock:
         return (v["end_time"] - v["start_time"]) / 1000.0 if v.get("start_time") and v.get("end_time") else 0.0
+    if until_ray_end:
+        return v["end_time"] / 1000.0 - float(v["admitted_at"]) if v.get("admitted_at") and v.get("end_time") else 0.0
     return float(v["finished_at"]) - float(v["admitted_at"]) if v.get("admitted_at") and v.get("finished_at") else 0.0
 
 
@@ -121,7 +223,60 @@ def trained(v: dict[str, Any]) -> int:
     return int((v.get("final") or {}).get("step") or 0)
 
 
-def summarize(raw: dict[str, Any], steps: int) -> dict[str, Any]:
+def _d(a: Optional[float], b: Optional[float]) -> Optional[float]:
+    return b - a if a is not None and b is not None else None
+
+
+def timeline(v: dict[str, Any], seen: dict[Any, float], lines: list[str], step_s: float,
+             reap_s: Optional[float] = None) -> dict[str, Any]:
+    """Where one job's GPU time went (seconds; None where a mark is missing). A step's time is when the
+    sampler first saw its line (up to ``--sample-s`` late); its first step began ``step_s`` before step 1's."""
+    steps = {int(k): float(t) for k, t in seen.items()}
+    adm = float(v["admitted_at"]) if v.get("admitted_at") else None
+    fin = float(v["finished_at"]) if v.get("finished_at") else None
+    ray0 = v["start_time"] / 1000.0 if v.get("start_time") else None
+    ray1 = v["end_time"] / 1000.0 if v.get("end_time") else None
+    trainer = next((parse_stamp(ln) for ln in lines if "trainer started" in ln), None)
+    first = steps[1] - step_s if 1 in steps else None
+    last = max(steps) if steps else 0
+    t_last = steps.get(last)
+    out: dict[str, Any] = {
+        "to_ray": _d(adm, ray0), "to_trainer": _d(adm, trainer), "trainer_to_step": _d(trainer, first),
+        "startup": _d(adm, first), "train": _d(first, t_last), "after": _d(t_last, fin), "ray_after": _d(t_last, ray1),
+        "settle": _d(ray1, fin), "reap": reap_s, "last": last}
+    h = v.get("halved")
+    if h:
+        rung, at = int(h["rung"]), float(h["at"])
+        why = next((ln.split("stopping at checkpoint: ", 1)[1] for ln in lines if "stopping at checkpoint: " in ln), "")
+        out.update(rung_to_verdict=_d(steps.get(rung), at), verdict_to_last=_d(at, t_last), last_to_end=_d(t_last, fin),
+                   to_rung=_d(first, steps.get(rung)),
+                   rung_to_end=_d(steps.get(rung), fin), past=last - rung,
+                   stop=("at once: nothing trained since the checkpoint" if why.startswith("nothing trained")
+                         else "at the next checkpoint" if why.startswith("checkpoint step") else why or "no watch line"))
+    return out
+
+
+def spread(xs: list[Optional[float]]) -> str:
+    """``median (min-max)`` of the known values."""
+    ys = sorted(x for x in xs if x is not None)
+    if not ys:
+        return "-"
+    return f"{statistics.median(ys):.1f} ({ys[0]:.1f}-{ys[-1]:.1f})"
+
+
+def handoff(views: dict[str, dict[str, Any]]) -> tuple[float, float]:
+    """When the next point got freed GPUs: the median of (k-th admission after the first fill - k-th Ray end)
+    and of (it - k-th queue end), pairing GPUs freed and taken in time order (1 GPU each: an approximation)."""
+    gpus = sum(g for g, _ in NODES)
+    adms = sorted(float(v["admitted_at"]) for v in views.values() if v.get("admitted_at"))[gpus:]
+    ends = sorted(v["end_time"] / 1000.0 for v in views.values() if v.get("end_time"))
+    fins = sorted(float(v["finished_at"]) for v in views.values() if v.get("finished_at"))
+    if not adms:
+        return 0.0, 0.0
+    return (statistics.median(a - e for a, e in zip(adms, ends)), statistics.median(a - f for a, f in zip(adms, fins)))
+
+
+def summarize(raw: dict[str, Any], steps: int, step_s: float) -> dict[str, Any]:
     """One run's figures (see the module docstring) from its raw result (:func:`run_once`)."""
     views, t0, rungs = raw["views"], raw["t0"], raw["rungs"]
     pts = {point_of(v): v for v in views.values()}
@@ -131,15 +286,28 @@ def summarize(raw: dict[str, Any], steps: int) -> dict[str, Any]:
     measured = {p: (v.get("final") or {}).get("data", {}).get(METRIC) for p, v in pts.items()}
     mismatch = [p for p, m in measured.items() if pts[p]["status"] == "SUCCEEDED" and (m is None or abs(m - final[p]) > 1e-9)]
     halved = {p: v["halved"] for p, v in pts.items() if v.get("halved")}
+    reaps = {str(e[2]).split(":")[0]: float(str(e[2]).split(": ")[1].split()[0])
+             for e in raw.get("events", []) if e[1] == "reap took"}
+    tl = {i: timeline(v, raw.get("seen", {}).get(i, {}), raw.get("logs", {}).get(i, []), step_s, reaps.get(i))
+          for i, v in views.items()}
     out: dict[str, Any] = {
         "rungs": rungs, "took_s": raw["took_s"],
         "gpu_s": sum(gpu_s(v) for v in views.values()), "ray_gpu_s": sum(gpu_s(v, True) for v in views.values()),
+        "ray_end_gpu_s": sum(gpu_s(v, until_ray_end=True) for v in views.values()),
         "status": {s: sum(1 for v in views.values() if v["status"] == s) for s in sorted({v["status"] for v in views.values()})},
         "best": best, "best_status": bv["status"], "best_wall": float(bv["finished_at"]) - t0,
         "makespan": max(float(v["finished_at"]) for v in views.values()) - t0, "final_mismatch": mismatch,
         "steps": sum(trained(v) for v in views.values()), "halved": len(halved),
-        "halved_finished": sum(1 for p in halved if pts[p]["status"] == "SUCCEEDED"),
-        "halved_past": [trained(pts[p]) - int(h["rung"]) for p, h in halved.items()]}
+        # a verdict the trainer outran (it reached its end first) leaves no mark on the record: the queue's events say
+        "halved_finished": len({str(e[2]).split(":")[0] for e in raw.get("events", []) if e[1] == "halved"}
+                               & {i for i, v in views.items() if v["status"] == "SUCCEEDED"}),
+        "halved_past": [trained(pts[p]) - int(h["rung"]) for p, h in halved.items()],
+        "finished_gpu_s": sum(gpu_s(v) for v in views.values() if v["status"] == "SUCCEEDED"),
+        "startup_s": sum(t["startup"] or 0.0 for t in tl.values()),
+        "after_s": sum(t["after"] or 0.0 for t in tl.values()),
+        "handoff": handoff(views),
+        "halved_parts": [sum(t[k] or 0.0 for t in tl.values() if "rung_to_end" in t) for k in ("startup", "to_rung", "rung_to_end")],
+        "timelines": tl}
     if rungs:
         first = int(rungs.split(",")[0])
         crossing = top_third(final) - top_third({p: score(*p, first, steps) for p in pts})
@@ -149,31 +317,76 @@ def summarize(raw: dict[str, Any], steps: int) -> dict[str, Any]:
     return out
 
 
-def run_once(c: FakeGpuCluster, work: Path, steps: int, step_s: float, rungs: Optional[str], timeout: float) -> dict[str, Any]:
+def run_once(c: FakeGpuCluster, work: Path, a: argparse.Namespace, rungs: Optional[str]) -> dict[str, Any]:
     """Submit the grid (with halving at ``rungs``, or none) and wait until every point ended: the raw
-    result (rungs, submit time ``t0``, ``took_s``, every job's view), kept in the dump as it is."""
+    result (rungs, submit time ``t0``, ``took_s``, every job's view, the step samples, the jobs' rayjobs
+    log lines), kept in the dump as it is."""
     t = time.monotonic()
-    ids, t0 = submit_grid(c, work, steps, step_s, rungs)
-    raw = {"rungs": rungs, "t0": t0, "views": wait_ended(c, ids, timeout), "took_s": time.monotonic() - t}
-    print(f"[bench] rungs={rungs}: {json.dumps(summarize(raw, steps), default=str)}", flush=True)
+    ids, t0 = submit_grid(c, work, a, rungs)
+    views, seen = wait_ended(c, ids, a.run_timeout_s, a.sample_s)
+    took = time.monotonic() - t
+    raw = {"rungs": rungs, "t0": t0, "views": views, "took_s": took, "seen": seen, "logs": job_logs(c, ids),
+           "events": queue_events(c, ids)}
+    s = summarize(raw, a.steps, a.step_s)
+    s.pop("timelines")
+    print(f"[bench] rungs={rungs}: {json.dumps(s, default=str)}", flush=True)
     return raw
 
 
 def table(runs: list[dict[str, Any]]) -> str:
     """The per-run table of the doc section."""
     a = runs[0]
-    rows = ["| run | rungs | GPU-s (admitted -> end) | B / A | GPU-s (Ray start -> end) | B / A | steps trained | statuses "
+    rows = ["| run | rungs | GPU-s (admitted -> end) | B / A | GPU-s (Ray start -> end) | B / A | GPU-s (admitted -> Ray's end) | B / A "
+            "| steps trained | statuses "
             "| halved (of them still SUCCEEDED) | best point | submit -> best point's end s | submit -> last end s "
             "| crossing points halved | top-third points halved |",
-            "|---|---|---:|---:|---:|---:|---:|---|---:|---|---:|---:|---:|---:|"]
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---|---:|---:|---:|---:|"]
     for k, r in enumerate(runs):
         st = ", ".join(f"{n} {s}" for s, n in r["status"].items())
         cross = f"{r['crossing_halved']} of {r['crossing']}" if "crossing" in r else "-"
         top = f"{r['top_halved']} of {math.ceil(27 / 3)}" if "top_halved" in r else "-"
         rows.append(f"| {'A (full grid)' if k == 0 else f'B{k}'} | {'[' + r['rungs'] + ']' if r['rungs'] else 'none'} "
                     f"| {r['gpu_s']:.1f} | {r['gpu_s'] / a['gpu_s']:.0%} | {r['ray_gpu_s']:.1f} | {r['ray_gpu_s'] / a['ray_gpu_s']:.0%} "
+                    f"| {r['ray_end_gpu_s']:.1f} | {r['ray_end_gpu_s'] / a['ray_end_gpu_s']:.0%} "
                     f"| {r['steps']} | {st} | {r['halved']} ({r['halved_finished']}) | {r['best_status']} | {r['best_wall']:.1f} "
                     f"| {r['makespan']:.1f} | {cross} | {top} |")
+    return "\n".join(rows)
+
+
+def overhead_table(runs: list[dict[str, Any]]) -> str:
+    """Where the jobs' GPU time went, per run: median (min-max) seconds over its jobs."""
+    rows = ["| run | jobs | admission -> Ray's job start | admission -> trainer start | trainer start -> first step "
+            "| **admission -> first step (start-up)** | first step -> last step logged | last step -> Ray's end "
+            "| Ray's end -> the queue's end | of it: the reap at the end | **last step -> the queue's end** "
+            "| start-up, all jobs / GPU-s | last step -> end, all jobs / GPU-s |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for k, r in enumerate(runs):
+        tl = list(r["timelines"].values())
+        col = lambda key: spread([t[key] for t in tl])  # noqa: E731
+        rows.append(f"| {'A' if k == 0 else f'B{k}'} | {len(tl)} | {col('to_ray')} | {col('to_trainer')} | {col('trainer_to_step')} "
+                    f"| {col('startup')} | {col('train')} | {col('ray_after')} | {col('settle')} | {col('reap')} | {col('after')} "
+                    f"| {r['startup_s']:.0f} / {r['gpu_s']:.0f} = {r['startup_s'] / r['gpu_s']:.0%} "
+                    f"| {r['after_s']:.0f} / {r['gpu_s']:.0f} = {r['after_s'] / r['gpu_s']:.0%} |")
+    return "\n".join(rows)
+
+
+def halved_table(runs: list[dict[str, Any]]) -> str:
+    """A halved point's way out, per halved run: median (min-max) seconds over its halved points."""
+    rows = ["| run | halved | its rung's step logged -> the queue's verdict | verdict -> its last step logged "
+            "| last step -> end (queue) | **rung's step -> end** | steps past the rung | the stop took |",
+            "|---|---:|---:|---:|---:|---:|---:|---|"]
+    for k, r in enumerate(runs):
+        hs = [t for t in r["timelines"].values() if "rung_to_end" in t]
+        if k == 0 or not hs:
+            continue
+        col = lambda key: spread([t[key] for t in hs])  # noqa: E731
+        past = sorted(t["past"] for t in hs)
+        how: dict[str, int] = {}
+        for t in hs:
+            how[t["stop"]] = how.get(t["stop"], 0) + 1
+        rows.append(f"| B{k} [{r['rungs']}] | {len(hs)} | {col('rung_to_verdict')} | {col('verdict_to_last')} | {col('last_to_end')} "
+                    f"| {col('rung_to_end')} | {statistics.median(past):g} ({past[0]}-{past[-1]}) "
+                    f"| {'; '.join(f'{n} {w}' for w, n in sorted(how.items(), key=lambda x: -x[1]))} |")
     return "\n".join(rows)
 
 
@@ -181,68 +394,152 @@ def markdown(runs: list[dict[str, Any]], a: argparse.Namespace, note: str) -> st
     """The doc section."""
     base, bs = runs[0], runs[1:]
     best = base["best"]
-    b1 = bs[0] if bs else None
-    verdict = (f"**{b1['gpu_s'] / base['gpu_s']:.0%}** of the full grid's GPU-seconds with rungs [{b1['rungs']}] "
-               f"(target ≤ 40 %: {'met' if b1['gpu_s'] / base['gpu_s'] <= 0.40 else 'missed'}); the grid's best point "
-               f"{'SUCCEEDED' if b1['best_status'] == 'SUCCEEDED' else 'did NOT succeed (' + b1['best_status'] + ')'}") if b1 else "no halved run"
+    pk = a.peak_steps
+    verdicts = "; ".join(
+        f"[{r['rungs']}]: **{r['gpu_s'] / base['gpu_s']:.0%}** (admitted -> Ray's end: {r['ray_end_gpu_s'] / base['ray_end_gpu_s']:.0%}), "
+        f"best point {'SUCCEEDED' if r['best_status'] == 'SUCCEEDED' else 'did NOT succeed (' + r['best_status'] + ')'}"
+        for r in bs) or "no halved run"
+    met = [r for r in bs if r["gpu_s"] / base["gpu_s"] <= 0.40 and r["best_status"] == "SUCCEEDED"]
     halvings = "; ".join(f"[{r['rungs']}]: " + ", ".join(f"{n} at step {s}" for s, n in r["rung_at"].items()) for r in bs)
     mism = sum(len(r["final_mismatch"]) for r in runs)
-    late = "".join(
+    tla = list(base["timelines"].values())
+    med = lambda key: statistics.median([t[key] for t in tla if t[key] is not None])  # noqa: E731
+    job = base["gpu_s"] / len(tla)
+    pct = lambda x: f"{x / base['gpu_s']:.0%}"  # noqa: E731
+    parts = "".join(
         f"\n- [{r['rungs']}]: {r['steps']} steps trained, {r['steps'] / base['steps']:.0%} of the full grid's; a halved point "
-        f"trained {min(r['halved_past'], default=0)}-{max(r['halved_past'], default=0)} steps past the rung it was halved at."
-        + (" No halved point stopped before its last step: the runner's stop at the next checkpoint took effect only at "
-           f"the final one (the queue's verdict plus the runner's reaction took longer, under this load, than the "
-           f"rest of the {a.steps * a.step_s:g} s of training), so the GPU-s difference is the jobs' start-up and teardown "
-           "varying with the load, not training saved." if r["steps"] >= base["steps"] else "") for r in bs)
+        f"trained {min(r['halved_past'], default=0)}-{max(r['halved_past'], default=0)} steps past the rung it was halved at. "
+        f"Its {r['gpu_s']:.0f} GPU-s: the {r['status'].get('SUCCEEDED', 0)} points that ran to their end "
+        f"{r['finished_gpu_s']:.0f} ({pct(r['finished_gpu_s'])} of A's); the {r['halved']} halved ones "
+        f"{r['gpu_s'] - r['finished_gpu_s']:.0f} ({pct(r['gpu_s'] - r['finished_gpu_s'])}): their start-up {r['halved_parts'][0]:.0f} "
+        f"({pct(r['halved_parts'][0])}), their training up to the rung {r['halved_parts'][1]:.0f} ({pct(r['halved_parts'][1])}), "
+        f"the rung's step -> their end {r['halved_parts'][2]:.0f} ({pct(r['halved_parts'][2])}). So even a stop at the "
+        f"instant of the rung leaves {pct(r['gpu_s'] - r['halved_parts'][2])} with the same verdicts."
+        for r in bs)
     return f"""## Successive halving — `scripts/bench_halving.py`
 
 One fake-GPU Ray cluster (3 nodes x 2 GPUs) in a private network namespace, {os.cpu_count()} cores shared
 with other helpers' tests and benchmarks ({note}). The same 27-point sweep, `python -m rayjobs.submit -m
-+exp=fake_ppo` with `+fake.score_offset={','.join(map(str, OFFSETS))}` x `+fake.score_peak={','.join(map(str, PEAKS))}`,
-{a.steps} steps of {a.step_s:g} s, 1 GPU each, `trainer.save_freq=2`: the score rises 0.05 a step until
-its peak and then falls 0.05 a step, so a high-offset point peaking at 6 leads at steps 4 and 8 and
-ends far behind a low-offset one peaking at 16. Run A is the full grid, each B the same grid with
++exp=fake_ppo` with `+fake.score_offset={','.join(map(str, OFFSETS))}` x `+fake.score_peak={','.join(map(str, pk))}`
+({', '.join(f'{f:g}' for f in a.peak_fractions)} of the steps), {a.steps} steps of {a.step_s:g} s, 1 GPU each,
+`trainer.save_freq={a.save_freq}`: the score rises 0.8 / {a.steps} = {0.8 / a.steps:.4g} a step until its peak and then
+falls 0.05 a step (fake_verl.py's fixed slope), so a high-offset point peaking at {pk[0]} leads at the first rungs and
+ends far behind a low-offset one peaking at {pk[-1]}. Run A is the full grid, each B the same grid with
 `rayjobs.halving.metric={METRIC} rayjobs.halving.rungs=[..] rayjobs.halving.keep={KEEP}`; every job of a
-run ended before the next was submitted. **One run each** (no medians: 2 cores, shared).
+run ended before the next was submitted; A and the Bs ran one after the other on the same cluster, in one
+invocation ({sum(r['took_s'] for r in runs) / 60:.0f} min). **One run each** (no medians over runs: 2 cores, shared).
+
+Proportions: a real verl job's start-up (admission -> step 1) is ~200 s against ~8.5 s a step
+(docs/gpu-e2e.md §10), about 10 % of a 200-step job, and its end (last step -> the trainer's exit) ~3.4 s.
+The first version of this benchmark (16 steps of 1.5 s) held each job's GPU about as long outside training
+as in it, so no halving could save much. Here a job trains {a.steps} x {a.step_s:g} s = {a.steps * a.step_s:g} s
+against its measured start-up of {med('startup'):.1f} s and end of {med('after'):.1f} s (medians over A's jobs, of
+{job:.1f} GPU-s each): start-up is {base['startup_s'] / base['gpu_s']:.0%} of the full grid's GPU-s (
+{CALIBRATION}), the end {base['after_s'] / base['gpu_s']:.0%} -- a
+larger share than verl's, so the fake still charges each stopped point more than a real one. {a.step_s:g} s steps make
+the stop's latency (the queue reads the metrics every second, the runner's watch looks every second) at most a step
+or two; `trainer.save_freq={a.save_freq}` divides every rung, so a point whose verdict reaches its runner before its next
+step stops at once (its checkpoint is the rung's). Rungs: [{bs[0]['rungs'] if bs else '-'}] are the first version's
+[4,8] of 16 scaled (1/4 and 1/2 of the steps); {'[' + bs[1]['rungs'] + ']' if len(bs) > 1 else 'the second setting'}
+is a ladder shaped like the issue's [50,100,200] (1/8, 1/4, 1/2), its last rung past the early peak.
 
 {table(runs)}
 
-- {verdict}. Best final point: offset {best[0]:g}, peak {best[1]} (final {score(*best, a.steps, a.steps):.2f}).
-- GPU-s: per job, the queue's admission -> end (its GPUs are reserved from admission: the job's
-  start-up is in it), x 1 GPU; Ray's start -> end beside it. "Steps trained": the sum of every
-  job's last logged step ({27 * a.steps} for the full grid). Points halved: {halvings or '-'}.
-  "Still SUCCEEDED": halved (the record keeps `halved`) but the trainer reached its last step
-  before the stop took effect.
+- GPU-s against the full grid: {verdicts}. **Target ≤ 40 % with the best point kept: {'met by ' + ', '.join('[' + r['rungs'] + ']' for r in met) if met else 'missed'}.**
+  Best final point: offset {best[0]:g}, peak {best[1]} (final {score(*best, a.steps, a.steps):.2f}).
+- {BEFORE}.
+- GPU-s: per job x 1 GPU, the queue's admission -> end (its GPUs are reserved from admission: the job's
+  start-up is in it; the target's measure, as before); Ray's start -> end (a pre-started job is in Ray, holding
+  no GPU, before its admission: more than the queue's in A); admission -> Ray's end (the trainer has left its
+  GPUs by then: the queue's end adds its reap and settling, and the next point is admitted during them: the
+  k-th admission after the first six came a median {', '.join(f"{r['handoff'][0]:.1f}" for r in runs)} s after the k-th
+  Ray end and {', '.join(f"{r['handoff'][1]:+.1f}" for r in runs)} s from the k-th queue end, in {', '.join('A' if k == 0 else f'B{k}' for k in range(len(runs)))}). "Steps trained": the sum of every job's last logged step ({27 * a.steps} for the full grid). Points halved:
+  {halvings or '-'}. "Still SUCCEEDED": the queue's `halved` event was sent but the trainer reached its last step
+  before the stop took effect (the record then drops the mark).
 - Crossing points: final value in the grid's top third (the 9 best) while their value at the
-  setting's first rung was not; at step 4 every point that has not peaked yet has the same slope,
-  so the rung ranks by offset alone and a late bloomer is indistinguishable from an early peaker.
+  setting's first rung was not; before the first peak (step {pk[0]}) every point has the same slope, so a rung
+  there ranks by offset alone and a late bloomer is indistinguishable from an early peaker.
   Top-third points halved: of the grid's 9 best by final value, how many B halved.
-- Final `{METRIC}` of every SUCCEEDED point against fake_verl.py's formula: {mism} mismatches.{late}
+- Final `{METRIC}` of every SUCCEEDED point against fake_verl.py's formula: {mism} mismatches.{parts}
+- Why ≤ 40 % is out of reach here: ASHA is asynchronous -- the first point at a rung always goes on and
+  a point is ranked only against those that reached the rung before it -- and the three peaks of one offset
+  score alike at every rung before step {pk[0]} (ties rank alike, so they go on together). So the first offset's
+  three points run to the end (its early peaker too: first at a rung past its peak, it has no rival there), and
+  so do the later points that rank in the top third of the few that reached each rung before them. Those points
+  alone hold a quarter to a third of A's GPU-s, and each of the ~20 halved ones still pays its start-up and its
+  way out: no rung setting of this grid, keep and order reaches 40 % while every job's start and end cost what
+  they cost here.
+
+Where a job's GPU time goes (seconds, median (min-max) over the run's jobs). Marks: the queue's
+`admitted_at` / `finished_at`, Ray's job start / end, the runner's `trainer started (pid N) at <stamp>`
+line, the queue's `reap took` event (its snapshot), and each step's line in the job's metrics file as the script
+saw it (sampled every {a.sample_s:g} s: a step's time is up to {a.sample_s:g} s late, more under load; the first step
+began {a.step_s:g} s before step 1's line):
+
+{overhead_table(runs)}
+
+A halved point's way out (the queue records its verdict's time in `halved.at`; "the stop took":
+the checkpoint watch's `stopping at checkpoint: ...` line in the job's log):
+
+{halved_table(runs)}
+
+- Start-up, admission -> first step: the queue hands the job to Ray (a negative time: a pre-started job,
+  whose runner waited in Ray for its admission), Ray's supervisor starts the runner, the runner the trainer
+  (admission -> trainer start), then the trainer's own start (Python, `ray.init`, its placement group:
+  trainer start -> first step). The end, last step -> the queue's end: the last save and the trainer's exit
+  (natural: last step -> Ray's end; a halved point's stop through Ray's Jobs API: SIGTERM, the job's end),
+  then the queue seeing Ray's end, reaping the job's leftovers on every node (Ray tasks) and writing the record.
+- A halved point's way out is the verdict (well under a second after the rung's step), at most a step or two
+  more (the watch sees the request within a second), then Ray's stop and the queue's settling: rung's step ->
+  end is several steps' worth of GPU time, against the previous version's 0-5 steps past the rung.
+- The ASHAScheduler comparison of the issue (Ray Tune, one driver) was not run.
 """
+
+
+def load_dump(a: argparse.Namespace) -> dict[str, Any]:
+    """The dump's runs, when ``--resume`` and it was made with the same settings (else none)."""
+    params = {"steps": a.steps, "step_s": a.step_s, "peaks": list(a.peak_steps), "save_freq": a.save_freq}
+    if not (a.resume and os.path.exists(a.dump)):
+        return {"runs": {}, "params": params}
+    done = json.loads(Path(a.dump).read_text())
+    if done.get("params") != params:
+        raise SystemExit(f"--resume: {a.dump} was made with {done.get('params')}, not {params}: run without --resume "
+                         f"or give another --dump")
+    return done
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=16)
-    ap.add_argument("--step-s", type=float, default=0.3)
-    ap.add_argument("--rungs", action="append", help="a halved run's rungs, comma-separated (repeatable); default 4,8 then 8")
-    ap.add_argument("--budget-s", type=float, default=840, help="no further halved run starts past this (s since start)")
-    ap.add_argument("--run-timeout-s", type=float, default=300, help="the longest one run may take to end")
+    ap.add_argument("--steps", type=int, default=32)
+    ap.add_argument("--step-s", type=float, default=1.75)
+    ap.add_argument("--peaks", default=",".join(map(str, PEAK_FRACTIONS)),
+                    help="the grid's score peaks as fractions of --steps, comma-separated (default: 6,11,16 of 16)")
+    ap.add_argument("--save-freq", type=int, default=2, help="trainer.save_freq (a halved point stops at its next save)")
+    ap.add_argument("--rungs", action="append",
+                    help="a halved run's rungs in steps, comma-separated (repeatable); default 1/4,1/2 then 1/8,1/4,1/2 of --steps")
+    ap.add_argument("--budget-s", type=float, default=1500, help="no further halved run starts past this (s since start)")
+    ap.add_argument("--run-timeout-s", type=float, default=1200, help="the longest one run may take to end")
+    ap.add_argument("--sample-s", type=float, default=0.25, help="how often the metrics files are sampled")
     ap.add_argument("--dump", default="/tmp/rayjobs-bench-halving.json", help="each run's raw result is kept here")
-    ap.add_argument("--resume", action="store_true", help="reuse the runs in --dump (same steps), run only the others")
+    ap.add_argument("--resume", action="store_true", help="reuse the runs in --dump (same settings), run only the others")
+    ap.add_argument("--no-write", action="store_true", help="print the section, leave docs/benchmarks.md alone")
     ap.add_argument("--note", default="", help="said in the section (what else shared the machine)")
     a = ap.parse_args()
+    a.peak_fractions = tuple(float(x) for x in a.peaks.split(","))
+    a.peak_steps = peaks(a.steps, a.peak_fractions)
+    default_rungs = [",".join(str(max(1, round(f * a.steps))) for f in fr) for fr in RUNG_FRACTIONS]
     t_start = time.monotonic()
-    done: dict[str, Any] = json.loads(Path(a.dump).read_text()) if a.resume and os.path.exists(a.dump) else {"runs": {}}
-    want = [None, *(a.rungs or ["4,8", "8"])]
+    done = load_dump(a)
+    want = [None, *(a.rungs or default_rungs)]
     todo = [r for r in want if str(r) not in done["runs"]]
     load0 = done.get("load0", os.getloadavg()[0])
     if todo:
         run_all(a, todo, done, t_start)
-    runs = [summarize(done["runs"][str(r)], a.steps) for r in want if str(r) in done["runs"]]
-    note = a.note or f"load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
+    runs = [summarize(done["runs"][str(r)], a.steps, a.step_s) for r in want if str(r) in done["runs"]]
+    note = a.note or f"load average {load0:.1f} at the start, {done.get('load1', os.getloadavg()[0]):.1f} at the end"
     md = markdown(runs, a, note)
-    benchlib.write_section("halving", md)
+    if not a.no_write:
+        benchlib.write_section("halving", md)
     print(md)
 
 
@@ -263,8 +560,9 @@ def run_all(a: argparse.Namespace, todo: list[Optional[str]], done: dict[str, An
                     if rungs is not None and last and spent + last > a.budget_s:
                         print(f"[bench] skipping rungs=[{rungs}]: {spent:.0f} s spent, budget {a.budget_s:.0f} s", flush=True)
                         break
-                    done["runs"][str(rungs)] = raw = run_once(c, work, a.steps, a.step_s, rungs, a.run_timeout_s)
+                    done["runs"][str(rungs)] = raw = run_once(c, work, a, rungs)
                     last = raw["took_s"]
+                    done["load1"] = os.getloadavg()[0]
                     Path(a.dump).write_text(json.dumps(done))
             finally:
                 c.stop()
