@@ -5,6 +5,7 @@
 # metrics port and Ray temp dir. Uses $W, $ND, $NODES, $IPS, mark, $RJ from the caller.
 #   form_cluster        -> rank 0 (the head) then rank 1 (if NODES=2); exits the caller on failure
 #   restart_head        -> the head's Ray ended by PID (a crash of its Ray), then its node script again
+#                          (HARD=1: one SIGKILL of every head process and their descendants at once)
 # RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0: with loopback node addresses on one host, Ray's own
 # processes (the job agent's ray.init, job drivers) swap 127.0.0.1 for the host's eth0 address
 # and wait forever for a raylet there (seen: every submission timed out with HTTP 504). The
@@ -54,7 +55,33 @@ PY
 }
 
 restart_head() {  # the head's Ray crashes (every process of its session, by PID), then its node script runs again
-  python3 -c "from rayjobs.client.headprocs import pids_naming, terminate; terminate(lambda: pids_naming('/tmp/rn0/'))"
+  # Default: SIGTERM to the processes naming the head's temp dir, SIGKILL to what is left after 10 s.
+  # HARD=1: one SIGKILL, at once, to those and every descendant of theirs (Ray's workers, the jobs'
+  # drivers: rayjobs' runners and the trainers), as when the head's processes die all together.
+  if [ "${HARD:-0}" = 1 ]; then
+    python3 - <<'PY' | tee -a $W/summary.txt
+import os, signal, time
+from rayjobs.client.headprocs import pids_naming, with_descendants
+pids = with_descendants(pids_naming('/tmp/rn0/'))
+pids = [p for p in pids if p != os.getpid()]
+t = time.time()
+for p in pids:
+    try:
+        os.kill(p, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+time.sleep(0.5)
+def alive(p):
+    try:
+        return open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[0] not in "ZX"
+    except OSError:
+        return False
+left = [p for p in pids if alive(p)]
+print(f"hard crash at {time.strftime('%H:%M:%S', time.gmtime(t))}: SIGKILL to {len(pids)} processes at once; alive 0.5 s later: {left}")
+PY
+  else
+    python3 -c "from rayjobs.client.headprocs import pids_naming, terminate; terminate(lambda: pids_naming('/tmp/rn0/'))"
+  fi
   node 0 0 > $W/node0-restart.log 2>&1; local rc=$?
   cat $W/node0-restart.log
   echo "head's node script after the crash: exit $rc" | tee -a $W/summary.txt
