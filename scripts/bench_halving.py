@@ -49,6 +49,7 @@ from typing import Any, Optional
 sys.path.insert(0, str(Path(__file__).parent))
 import benchlib  # noqa: E402
 
+import tuneasha  # noqa: E402
 from clusters import FakeGpuCluster  # noqa: E402  (benchlib puts tests/ on sys.path)
 from rayjobs.shared import parse_stamp  # noqa: E402
 
@@ -492,7 +493,51 @@ the checkpoint watch's `stopping at checkpoint: ...` line in the job's log):
 - A halved point's way out is the verdict (well under a second after the rung's step), at most a step or two
   more (the watch sees the request within a second), then Ray's stop and the queue's settling: rung's step ->
   end is several steps' worth of GPU time, against the previous version's 0-5 steps past the rung.
-- The ASHAScheduler comparison of the issue (Ray Tune, one driver) was not run.
+"""
+
+
+def sweep_order(done: dict[str, Any]) -> list[Point]:
+    """The grid's points in the order the Hydra sweep submitted them (run A's ids end in the point's number)."""
+    views = done["runs"]["None"]["views"]
+    return [point_of(views[i]) for i in sorted(views, key=lambda i: int(i.rsplit("-", 1)[1]))]
+
+
+def tune_section(runs: list[dict[str, Any]], tunes: list[dict[str, Any]], a: argparse.Namespace) -> str:
+    """The comparison with Ray Tune's ASHAScheduler, same curves, same cluster, same invocation."""
+    if not tunes:
+        return "\n- The ASHAScheduler comparison (Ray Tune, one driver) was not run (`--tune none`).\n"
+    base = runs[0]
+    by_rungs = {r["rungs"]: r for r in runs[1:]}
+    rows = ["| run | rungs | keep | GPU-s | of A's | steps trained | of A's | stopped early / ran to the end | best point | wall s |",
+            "|---|---|---|---:|---:|---:|---:|---|---|---:|"]
+    for t in tunes:
+        key = ",".join(map(str, t["rungs"]))
+        r = by_rungs.get(key)
+        if r is not None:
+            rows.append(f"| rayjobs queue | [{key}] | {KEEP} | {r['gpu_s']:.1f} | {r['gpu_s'] / base['gpu_s']:.0%} | {r['steps']} "
+                        f"| {r['steps'] / base['steps']:.0%} | {r['halved']} / {r['status'].get('SUCCEEDED', 0)} "
+                        f"| {r['best_status']} | {r['makespan']:.1f} |")
+        rows.append(f"| Ray Tune ASHAScheduler (grace {t['grace']}, rf {t['rf']}) | [{key}] | 1/{t['rf']} | {t['gpu_s']:.1f} "
+                    f"| {t['gpu_s'] / base['gpu_s']:.0%} | {t['steps']} | {t['steps'] / base['steps']:.0%} "
+                    f"| {t['stopped']} / {t['finished']} | {'ran to the end' if t['best_kept'] else 'STOPPED early'} "
+                    f"| {t['took_s']:.1f} |")
+    errs = sum(t["errors"] for t in tunes)
+    mism = sum(t["mismatch"] for t in tunes)
+    return f"""
+### Against Ray Tune's ASHAScheduler (same curves, same cluster, same invocation)
+
+`scripts/tuneasha.py`: after the runs above, one Tune driver on the same fake-GPU cluster runs the same 27
+points, in the Hydra sweep's order, {a.steps} steps of {a.step_s:g} s, 1 GPU a trial, under
+`ASHAScheduler(time_attr="training_iteration", mode="max", max_t={a.steps}, grace_period=g, reduction_factor=rf)`
+(Tune's rungs are g, g*rf, ...; at a rung a trial stops when below the (1 - 1/rf) percentile of the values
+recorded there before it: the first trial at a rung always goes on). The rayjobs row is the queue's run at the
+same rungs, keep {KEEP}. A Tune trial is a function that sleeps a step and reports the formula's value: it pays
+no verl stand-in start-up, no checkpoint and no job stop, so its GPU-s (the function's entry -> its last report,
+a lower bound) leave out what every separately scheduled job pays; **steps trained** is the like-for-like
+measure of the rule. Trial errors: {errs}; final values of the trials that ran to the end against the formula:
+{mism} mismatches.
+
+{chr(10).join(rows)}
 """
 
 
@@ -524,27 +569,39 @@ def main() -> None:
     ap.add_argument("--resume", action="store_true", help="reuse the runs in --dump (same settings), run only the others")
     ap.add_argument("--no-write", action="store_true", help="print the section, leave docs/benchmarks.md alone")
     ap.add_argument("--note", default="", help="said in the section (what else shared the machine)")
+    ap.add_argument("--tune", action="append", default=None,
+                    help="GRACE,RF: also Ray Tune's ASHAScheduler (grace_period, reduction_factor) over the same curves on "
+                         "the same cluster, and a rayjobs run at its rungs (repeatable; default 4,3; 'none' for neither)")
     a = ap.parse_args()
     a.peak_fractions = tuple(float(x) for x in a.peaks.split(","))
     a.peak_steps = peaks(a.steps, a.peak_fractions)
     default_rungs = [",".join(str(max(1, round(f * a.steps))) for f in fr) for fr in RUNG_FRACTIONS]
     t_start = time.monotonic()
     done = load_dump(a)
+    a.tune_settings = [] if a.tune == ["none"] else [tuple(int(x) for x in t.split(",")) for t in (a.tune or ["4,3"])]
+    matched = [",".join(map(str, tuneasha.rungs_of(g, rf, a.steps))) for g, rf in a.tune_settings]
     want = [None, *(a.rungs or default_rungs)]
+    want += [r for r in matched if r not in want]
     todo = [r for r in want if str(r) not in done["runs"]]
+    tune_todo = [t for t in a.tune_settings if f"{t[0]},{t[1]}" not in done.setdefault("tune", {})]
     load0 = done.get("load0", os.getloadavg()[0])
-    if todo:
-        run_all(a, todo, done, t_start)
+    if todo or tune_todo:
+        run_all(a, todo, done, t_start, tune_todo)
     runs = [summarize(done["runs"][str(r)], a.steps, a.step_s) for r in want if str(r) in done["runs"]]
+    final = lambda p: score(*p, a.steps, a.steps)  # noqa: E731
+    tunes = [tuneasha.summarize(done["tune"][f"{g},{rf}"], a.steps, a.step_s, final)
+             for g, rf in a.tune_settings if f"{g},{rf}" in done["tune"]]
     note = a.note or f"load average {load0:.1f} at the start, {done.get('load1', os.getloadavg()[0]):.1f} at the end"
-    md = markdown(runs, a, note)
+    md = markdown(runs, a, note) + tune_section(runs, tunes, a)
     if not a.no_write:
         benchlib.write_section("halving", md)
     print(md)
 
 
-def run_all(a: argparse.Namespace, todo: list[Optional[str]], done: dict[str, Any], t_start: float) -> None:
-    """Run the settings ``todo`` on one fresh cluster, each kept in ``done`` and the dump as it ends."""
+def run_all(a: argparse.Namespace, todo: list[Optional[str]], done: dict[str, Any], t_start: float,
+            tune_todo: list[tuple[int, int]]) -> None:
+    """Run the settings ``todo`` on one fresh cluster, then Tune's ``tune_todo`` on it, each kept in ``done``
+    and the dump as it ends."""
     root = benchlib.isolated_home("rjh")
     work = root / "project"  # the user's project: ./conf/exp/fake_ppo.yaml and workloads/fake_verl.py
     shutil.copytree(benchlib.REPO / "tests" / "workloads", work / "workloads", ignore=shutil.ignore_patterns("conf"))
@@ -562,6 +619,14 @@ def run_all(a: argparse.Namespace, todo: list[Optional[str]], done: dict[str, An
                         break
                     done["runs"][str(rungs)] = raw = run_once(c, work, a, rungs)
                     last = raw["took_s"]
+                    done["load1"] = os.getloadavg()[0]
+                    Path(a.dump).write_text(json.dumps(done))
+                for g, rf in tune_todo:
+                    raw = tuneasha.run_tune(c.gcs, sweep_order(done), steps=a.steps, step_s=a.step_s, grace=g, rf=rf,
+                                            metric=METRIC, storage=root / "tune")
+                    print(f"[bench] tune grace={g} rf={rf}: {raw['took_s']:.1f} s, "
+                          f"{sum(t['steps'] for t in raw['trials'])} steps", flush=True)
+                    done["tune"][f"{g},{rf}"] = raw
                     done["load1"] = os.getloadavg()[0]
                     Path(a.dump).write_text(json.dumps(done))
             finally:

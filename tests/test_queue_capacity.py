@@ -95,6 +95,7 @@ def test_queue_view_rows_for_waiting_and_finished_jobs():
                                   message="waiting: needs ...", queue_position=1, queued_at=1796000000.0))
     done = jobviews.done_view(JobRecord(
         id="h1", state=State.DONE, spec={"metadata": meta}, queued_at=1796000000.0, status=Status.of("SUCCEEDED"),
+        admitted_at=1796000000.25, finished_at=1796000101.5,
         start_time=1796000000000, end_time=1796000100000, pruned=True,
         final={"step": 7, "data": {"critic/score/mean": 0.5}, "attempts": 2}))
     assert set(done) == {f.name for f in fields(wire.JobView)}  # the wire's fields exactly
@@ -104,6 +105,11 @@ def test_queue_view_rows_for_waiting_and_finished_jobs():
     assert rows["w1"]["priority"] == 3 and rows["w1"]["message"] == "waiting: needs ..."
     assert (rows["h1"]["status"], rows["h1"]["step"], rows["h1"]["score"], rows["h1"]["attempt"]) == ("SUCCEEDED", 7, 0.5, 2)
     assert rows["h1"]["queue_position"] is None
+    # the queue's own times, to the millisecond (status --json times admissions with them)
+    from datetime import datetime
+    got = [datetime.fromisoformat(rows["h1"][k]).timestamp() for k in ("queued_at", "admitted_at", "finished_at")]
+    assert got == [1796000000.0, 1796000000.25, 1796000101.5]
+    assert rows["w1"]["admitted_at"] is None and rows["w1"]["queued_at"]
 
 
 def test_a_failed_job_shows_its_cause_while_its_leftovers_are_reaped():

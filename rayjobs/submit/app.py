@@ -147,6 +147,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         # omegaconf 2.4 (the cluster stack's) warns once per resolver Hydra, verl and rayjobs register: ~20
         # lines of stderr on every submit that say nothing about the job
         warnings.filterwarnings("ignore", message=r".*register_new_resolver")
+        # and once per compose that Hydra stores its version_base as a Version object, not a str
+        warnings.filterwarnings("ignore", message=r"Implicit conversion from Version to str")
     sys.exit(run_cli(lambda: _main(sys.argv[1:] if argv is None else argv)) or 0)
 
 

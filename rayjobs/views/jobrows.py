@@ -68,6 +68,13 @@ def iso_ms(ms: Optional[int]) -> Optional[str]:
     return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).astimezone().isoformat(timespec="seconds")
 
 
+def iso_s(t: Any) -> Optional[str]:
+    """An epoch-seconds stamp of the queue's, to the millisecond (it times admissions)."""
+    if not t:
+        return None
+    return datetime.fromtimestamp(float(t), tz=timezone.utc).astimezone().isoformat(timespec="milliseconds")
+
+
 def submitted_ts(job: Any) -> float:
     """Seconds since the epoch the job was submitted (metadata, else Ray's start time)."""
     s = meta(job).get("submitted_at")
@@ -122,6 +129,9 @@ def base_row(job: Any, over: Optional[dict[str, Any]] = None) -> dict[str, Any]:
         "gpus": gpus(job),
         "start_time": iso_ms(field(job, "start_time")),
         "end_time": iso_ms(field(job, "end_time")),
+        "queued_at": iso_s(field(job, "queued_at")),  #: the queue's own times (None for a job it never held)
+        "admitted_at": iso_s(field(job, "admitted_at")),
+        "finished_at": iso_s(field(job, "finished_at")),
         "message": short_message(field(job, "message")),
         "cause": field(job, "cause"),  # why the queue ended it ("cluster restarted"), if it did
         "reaped": list(field(job, "reaped") or []),  #: what the queue killed of it once it ended (reaper)
