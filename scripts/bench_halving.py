@@ -568,6 +568,8 @@ def main() -> None:
     ap.add_argument("--dump", default="/tmp/rayjobs-bench-halving.json", help="each run's raw result is kept here")
     ap.add_argument("--resume", action="store_true", help="reuse the runs in --dump (same settings), run only the others")
     ap.add_argument("--no-write", action="store_true", help="print the section, leave docs/benchmarks.md alone")
+    ap.add_argument("--section", default="halving",
+                    help="the docs/benchmarks.md section to write (halving-tune holds the --rungs 4,12 --tune 4,3 run)")
     ap.add_argument("--note", default="", help="said in the section (what else shared the machine)")
     ap.add_argument("--tune", action="append", default=None,
                     help="GRACE,RF: also Ray Tune's ASHAScheduler (grace_period, reduction_factor) over the same curves on "
@@ -594,7 +596,7 @@ def main() -> None:
     note = a.note or f"load average {load0:.1f} at the start, {done.get('load1', os.getloadavg()[0]):.1f} at the end"
     md = markdown(runs, a, note) + tune_section(runs, tunes, a)
     if not a.no_write:
-        benchlib.write_section("halving", md)
+        benchlib.write_section(a.section, md)
     print(md)
 
 
