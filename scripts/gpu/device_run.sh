@@ -7,7 +7,9 @@
 #       both (one rayjobs submit, then the same verl command through plain `ray job submit`),
 #       startup (issue 33: the preset twice through the queue, one after the other, 1 step each,
 #       followed; the phase table of the first and the next job, scripts/gpu/phases.py; knobs
-#       RESTART_HEAD=1 (a fresh head), COLD=1 (no compile caches of an earlier call), TAG),
+#       RESTART_HEAD=1 (a fresh head), COLD=1 (no compile caches of an earlier call), TAG,
+#       JOBS (labels of this call's jobs, default "first next"), PHASES (the logs of the table),
+#       ARGS_<label> (that job's own overrides)),
 #       rayjobs, plain, setup (install + model/data + head only).
 # Unpacks the bundle, makes the tiny model and data, starts rayjobs' embedded Ray head on
 # 127.0.0.1 (token auth) with the environment of scripts/gpu/env.sh, then runs the tiny GRPO run.
@@ -93,33 +95,44 @@ if [ "$MODE" = suite ]; then
   exit 0
 fi
 
-if [ "$MODE" = startup ]; then   # issue 33 (docs/gpu-e2e.md §10): the FIRST job on this head, then the NEXT
+if [ "$MODE" = startup ]; then   # issue 33 (docs/gpu-e2e.md §10, §12): the FIRST job on this head, then the NEXT
   # Each is the preset through the queue, 1 step, followed to its end; phases.py reads the stamped logs.
   # RAYJOBS_NODE_CACHE=off (set before the head starts) is the control: the runner sets no cache.
+  # JOBS: the labels of this call's jobs, in order (default "first next"); a later call on the same
+  # head may run JOBS="next next2" with PHASES="first next next2" (the earlier logs stay in $W).
   NC=${RAYJOBS_NODE_CACHE:-/tmp/rayjobs-cache-$(id -u)}
   TAG=${TAG:-}
+  JOBS=${JOBS:-first next}
   caches() {
     for d in $NC/* ~/.cache/vllm ~/.triton/cache /tmp/torchinductor_$(id -un) ~/.nv/ComputeCache ~/.cache/torch_extensions; do
       [ -e "$d" ] && echo "  $d: $(du -sh $d 2>/dev/null | cut -f1) in $(find $d -type f 2>/dev/null | wc -l) files"
     done
     echo "  byte code under $SITE: $(find $SITE -name '*.pyc' 2>/dev/null | wc -l) .pyc files"
+    local all site new=""
+    all=$(find $NC/pyc -name '*.pyc' 2>/dev/null | wc -l); site=$(find $NC/pyc$SITE -name '*.pyc' 2>/dev/null | wc -l)
+    [ -n "${1:-}" ] && new=", $(find $NC/pyc -name '*.pyc' -newer $1 2>/dev/null | wc -l) written since this job's submit"
+    echo "  byte code in the node cache: $all .pyc files ($site of $SITE)$new"
   }
-  { echo "node cache: ${RAYJOBS_NODE_CACHE:-default $NC}; before the first job:"; caches; } | tee -a $W/summary.txt
-  for label in first next; do
+  { echo "node cache: ${RAYJOBS_NODE_CACHE:-default $NC}; PYTHONDONTWRITEBYTECODE=${PYTHONDONTWRITEBYTECODE-<unset>}" \
+      "RAYJOBS_NODE_CACHE_PYC=${RAYJOBS_NODE_CACHE_PYC-<unset>}; before the jobs ($JOBS):"; caches; } | tee -a $W/summary.txt
+  n=$(echo $JOBS | wc -w)
+  for label in $JOBS; do
     # a warm next job needs ~215 s (submit to exit); a first one ~290 s: with LIMIT=585 both fit one call
-    T=$(( $(left) - 12 )); [ $label = first ] && T=$(( T - 220 ))   # leave the next job >=220 s
+    n=$(( n - 1 )); T=$(( $(left) - 12 - 220 * n ))   # leave each job after this one >=220 s
     mark "$label job: +exp=gpu_tiny_grpo, 1 step, followed (timeout ${T}s)"
-    ta=$(date +%s.%N)
+    xa="ARGS_${label//-/_}"; eval "XA=(${!xa:-})"   # ARGS_<label>: this job's own overrides (shell words)
+    touch $W/submit-$label$TAG; ta=$(date +%s.%N)
     timeout $T python3 -m rayjobs.submit +exp=gpu_tiny_grpo rayjobs.follow=true rayjobs.preflight=false \
-      trainer.total_training_steps=1 trainer.save_freq=-1 "$@" 2>&1 | python3 -u scripts/gpu/summarize.py --epoch > $W/$label$TAG.log
+      trainer.total_training_steps=1 trainer.save_freq=-1 "$@" "${XA[@]}" 2>&1 | python3 -u scripts/gpu/summarize.py --epoch > $W/$label$TAG.log
     rc=${PIPESTATUS[0]}; tb=$(date +%s.%N)
     JOB=$(python3 -c "import json; print(json.loads(open('$RAYJOBS_HOME/ledger.jsonl').read().splitlines()[-1])['id'])" 2>/dev/null)
-    { echo "$label job $JOB: exit $rc, wall $(python3 -c "print(round($tb-$ta,1))") s; caches after it:"; caches; } | tee -a $W/summary.txt
+    { echo "$label job $JOB: exit $rc, wall $(python3 -c "print(round($tb-$ta,1))") s; caches after it:"; caches $W/submit-$label$TAG; } | tee -a $W/summary.txt
     grep -E "\[rayjobs\]|step:1 - " $W/$label$TAG.log | cut -c1-260
+    cp $W/$label$TAG.log $OUT/ 2>/dev/null
     [ $rc = 124 ] && { echo "timed out: stopping $JOB"; stop_job $JOB; break; }
   done
-  cp $W/first$TAG.log $W/next$TAG.log $OUT/ 2>/dev/null
-  python3 scripts/gpu/phases.py first$TAG=$W/first$TAG.log next$TAG=$W/next$TAG.log | tee $W/phases$TAG.txt
+  PH=(); for label in ${PHASES:-$JOBS}; do [ -f $W/$label$TAG.log ] && PH+=("$label$TAG=$W/$label$TAG.log"); done
+  python3 scripts/gpu/phases.py "${PH[@]}" | tee $W/phases$TAG.txt
   cat $W/summary.txt $W/phases$TAG.txt > $OUT/phases$TAG.txt
   collect
   mark "done"
