@@ -207,7 +207,7 @@ def test_a_preemption_is_called_off_when_the_job_it_was_for_is_stopped(team_clus
     keep = submit(team_cluster, "trainer.nnodes=1", "trainer.n_gpus_per_node=2", "+fake.steps=400", "+fake.step_s=0.4")
     fill = submit(team_cluster, *ONE_GPU, "+fake.steps=400", "+fake.step_s=0.4")
     # no checkpoint before its end: the stop waits for one, or for the request's 30-s timeout
-    v = submit(team_cluster, *ONE_GPU, "rayjobs.preemptible=true", "rayjobs.preempt_wait_s=30", "+fake.steps=150",
+    v = submit(team_cluster, *ONE_GPU, "rayjobs.preemptible=true", "rayjobs.preempt_wait_s=30", "+fake.steps=90",
                "+fake.step_s=0.4", "trainer.save_freq=1000")
     wait_until(lambda: all(admitted_at(tclient, j) for j in (keep, fill, v)), 120, "the cluster to be full")
     wait_until(lambda: "step:2 " in tclient.get_job_logs(v), 120, "the victim to train")
@@ -222,7 +222,7 @@ def test_a_preemption_is_called_off_when_the_job_it_was_for_is_stopped(team_clus
     log = tclient.get_job_logs(v)
     assert "stopping at checkpoint" not in log and "Resuming from" not in log, log[-2000:]
     runs = steps_of(run_dir(team_cluster, v))
-    assert runs == {1: list(range(1, 151))}, runs
+    assert runs == {1: list(range(1, 91))}, runs
     assert row(team_cluster, high)["status"] == "STOPPED"
     for j in (keep, fill):
         cli_on(team_cluster, "stop", j)
