@@ -38,8 +38,11 @@ def enter(name: str) -> None:
 
 
 def pids(name: str) -> list[int]:
-    out = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True)
-    return [int(p) for p in out.stdout.split() if p.strip().isdigit()]
+    """The processes in namespace ``name``, but for the ``ip`` that lists them (run from inside it,
+    it lists itself: a wait for the namespace to empty would never end)."""
+    proc = subprocess.Popen(["ip", "netns", "pids", name], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    out, _ = proc.communicate()
+    return [int(p) for p in out.split() if p.strip().isdigit() and int(p) != proc.pid]
 
 
 def destroy(name: str, exclude: Optional[set[int]] = None, timeout: float = 10.0) -> None:

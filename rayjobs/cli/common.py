@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from typing import Any, Optional
 
@@ -43,3 +44,12 @@ def _pipe_safe(fn: Any) -> Any:
             return 0
 
     return go
+
+
+def json_rows(rows: list[Any]) -> str:
+    """A JSON list with one compact object per line: valid JSON, greppable, and written by json's C
+    encoder (``indent`` makes json fall back to its pure-Python one: ~1 s for 10,000 rows)."""
+    if not rows:
+        return "[]"
+    enc = json.JSONEncoder(default=str).encode  # one encoder: json.dumps(default=...) builds one per call
+    return "[\n" + ",\n".join(map(enc, rows)) + "\n]"

@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 import click
 
-from rayjobs.cli.common import ADDRESS, _exit, _open, _pipe_safe, _say
+from rayjobs.cli.common import ADDRESS, _exit, _open, _pipe_safe, _say, json_rows
 from rayjobs.cli.group import main
 from rayjobs.errors import run_cli
 from rayjobs.shared import TERMINAL
@@ -196,7 +196,7 @@ def list_cmd(sweep: Optional[str], statuses: tuple[str, ...], experiment: Option
             n = sum(1 for r in rows if r.get("status") in TERMINAL and ledger.is_kept(str(r["id"])))
             _say(f"the local record keeps the final state of {n} ended job(s) ({ledger.run_dir('ID')})")
         if as_json:
-            click.echo(json.dumps(rows, indent=2, default=str))
+            click.echo(json_rows(rows))
         else:
             _table(rows)
         return 0

@@ -7,6 +7,7 @@ and the local record give dicts. Every view reads a job through these.
 from __future__ import annotations
 
 import json
+from functools import lru_cache
 from typing import Any, Optional
 
 
@@ -35,13 +36,24 @@ def job_id(job: Any) -> str:
 
 def json_list(text: Optional[str]) -> list[str]:
     """A metadata value that holds a JSON list of strings (``[]`` if it holds anything else)."""
+    return list(_parsed_list(text or "[]"))
+
+
+@lru_cache(maxsize=8192)
+def _parsed_list(text: str) -> tuple[str, ...]:
+    # a sweep's points share most of these strings: a list of 10,000 jobs parses each once
     try:
-        v = json.loads(text or "[]")
-        return [str(x) for x in v] if isinstance(v, list) else []
+        v = json.loads(text)
+        return tuple(str(x) for x in v) if isinstance(v, list) else ()
     except ValueError:
-        return []
+        return ()
 
 
 def gpu_groups(job: Any) -> list[int]:
     """The job's GPU groups from its metadata (``[]`` if it asks for none)."""
-    return [int(g) for g in json_list(meta(job).get("gpu_groups")) if str(g).lstrip("-").isdigit() and int(g) > 0]
+    return groups_in(meta(job))
+
+
+def groups_in(m: dict[str, str]) -> list[int]:
+    """The GPU groups a job's metadata ``m`` asks for."""
+    return [int(g) for g in json_list(m.get("gpu_groups")) if str(g).lstrip("-").isdigit() and int(g) > 0]

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from rayjobs.client.dashboard import Dashboard
 from rayjobs.shared import STATUSES, TERMINAL
 from rayjobs.views import logparse, metricfiles
-from rayjobs.views.jobfields import field, gpu_groups, json_list, meta, status_of
+from rayjobs.views.jobfields import field, gpu_groups, groups_in, json_list, meta, status_of
 
 
 
@@ -100,18 +100,20 @@ def gpus(job: Any) -> int:
 
 def base_row(job: Any, over: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """The row of one job (Ray's details, or the dict form the queue gives of a job it holds)."""
-    m = meta(job)
+    f = job.get if isinstance(job, dict) else (lambda name, default=None: getattr(job, name, default))
+    m = dict(f("metadata") or {})
     status = status_of(job)
     over = dict(over or {})
-    if field(job, "queue_position") is not None:
-        over.setdefault("queue_position", field(job, "queue_position"))
+    if f("queue_position") is not None:
+        over.setdefault("queue_position", f("queue_position"))
     try:
         priority = int(m.get("priority", 0) or 0)
     except ValueError:
         priority = 0
-    sub = m.get("submitted_at") or iso_ms(field(job, "start_time"))
+    preempted = f("preempted") or {}
+    sub = m.get("submitted_at") or iso_ms(f("start_time"))
     return {
-        "id": field(job, "submission_id"),
+        "id": f("submission_id"),
         "status": over.get("status", status),
         "experiment": m.get("experiment", ""),
         "sweep": m.get("sweep", "") or None,
@@ -126,27 +128,27 @@ def base_row(job: Any, over: Optional[dict[str, Any]] = None) -> dict[str, Any]:
         "run": m.get("run"),
         "resumed_from": m.get("resumed_from"),  #: the job `rayjobs resume` continued
         "rerun_of": m.get("rerun_of"),  #: the job `rayjobs rerun` ran again
-        "gpus": gpus(job),
-        "start_time": iso_ms(field(job, "start_time")),
-        "end_time": iso_ms(field(job, "end_time")),
-        "queued_at": iso_s(field(job, "queued_at")),  #: the queue's own times (None for a job it never held)
-        "admitted_at": iso_s(field(job, "admitted_at")),
-        "finished_at": iso_s(field(job, "finished_at")),
-        "message": short_message(field(job, "message")),
-        "cause": field(job, "cause"),  # why the queue ended it ("cluster restarted"), if it did
-        "reaped": list(field(job, "reaped") or []),  #: what the queue killed of it once it ended (reaper)
+        "gpus": sum(groups_in(m)),
+        "start_time": iso_ms(f("start_time")),
+        "end_time": iso_ms(f("end_time")),
+        "queued_at": iso_s(f("queued_at")),  #: the queue's own times (None for a job it never held)
+        "admitted_at": iso_s(f("admitted_at")),
+        "finished_at": iso_s(f("finished_at")),
+        "message": short_message(f("message")),
+        "cause": f("cause"),  # why the queue ended it ("cluster restarted"), if it did
+        "reaped": list(f("reaped") or []),  #: what the queue killed of it once it ended (reaper)
         "user": m.get("user") or None,  #: who submitted it (per-user quotas)
         "preemptible": m.get("preemptible") == "1",
         "after": json_list(m.get("after")),  #: the jobs it waits for (rayjobs.after)
-        "held": field(job, "held"),  #: why the queue holds it back: "after", "quota", "requeueing"
-        "preempted_by": (field(job, "preempted") or {}).get("by"),  #: it waits again, preempted by this job
-        "redo_steps": (field(job, "preempted") or {}).get("redo"),  #: the steps that preemption costs it
-        "preemptions": int(field(job, "preemptions") or 0) or None,
-        "preempting_for": field(job, "preempting_for"),  #: it is being stopped at its next checkpoint for this job
-        "preempt_why": field(job, "preempt_why") if field(job, "preempting_for") else None,  #: why it was chosen
-        "rungs": field(job, "rungs") or None,  #: successive halving: its value at each rung it reached
-        "halved": field(job, "halved"),  #: {rung, value, rank, of, text}: its sweep's halving stopped it
-        "lost": lost_lines(field(job, "lost_runs")),  #: its Ray runs lost with the head, and where their logs stay
+        "held": f("held"),  #: why the queue holds it back: "after", "quota", "requeueing"
+        "preempted_by": preempted.get("by"),  #: it waits again, preempted by this job
+        "redo_steps": preempted.get("redo"),  #: the steps that preemption costs it
+        "preemptions": int(f("preemptions") or 0) or None,
+        "preempting_for": f("preempting_for"),  #: it is being stopped at its next checkpoint for this job
+        "preempt_why": f("preempt_why") if f("preempting_for") else None,  #: why it was chosen
+        "rungs": f("rungs") or None,  #: successive halving: its value at each rung it reached
+        "halved": f("halved"),  #: {rung, value, rank, of, text}: its sweep's halving stopped it
+        "lost": lost_lines(f("lost_runs")),  #: its Ray runs lost with the head, and where their logs stay
         "error": None,
         "step": None,
         "total_steps": None,
