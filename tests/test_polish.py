@@ -5,8 +5,10 @@ Fast tier: no Ray (the dry-runs and refusals happen before anything reaches a cl
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -166,3 +168,13 @@ def test_plot_hints_name_what_the_jobs_logged(tmp_path):
     empty = {"submission_id": "j2", "metadata": {"run_dir": str(tmp_path / "none")}, "status": "QUEUED"}
     with pytest.raises(RayjobsError, match=r"none of the jobs has logged a step yet \(QUEUED\): plot again once they train"):
         plot.render(plot.collect(None, [empty]), str(tmp_path / "y.png"))
+
+
+def test_cli_json_rows_are_one_compact_object_a_line():
+    from rayjobs.cli.common import json_rows
+
+    rows = [{"id": "a", "score": 0.5, "at": time}, {"id": "b", "metrics": {"x": [1, 2]}}]
+    text = json_rows(rows)
+    assert json.loads(text) == [{"id": "a", "score": 0.5, "at": str(time)}, rows[1]]
+    assert text.splitlines()[1:-1] == [json.dumps(json.loads(text)[0]) + ",", json.dumps(rows[1])]
+    assert json_rows([]) == "[]"

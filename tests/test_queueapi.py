@@ -219,16 +219,6 @@ def test_the_list_follows_each_record_change(api):
     assert after["run"] == dict(before["run"], queue_position=after["run"]["queue_position"])
 
 
-def test_cli_json_rows_are_one_compact_object_a_line():
-    from rayjobs.cli.common import json_rows
-
-    rows = [{"id": "a", "score": 0.5, "at": time}, {"id": "b", "metrics": {"x": [1, 2]}}]
-    text = json_rows(rows)
-    assert json.loads(text) == [{"id": "a", "score": 0.5, "at": str(time)}, rows[1]]
-    assert text.splitlines()[1:-1] == [json.dumps(json.loads(text)[0]) + ",", json.dumps(rows[1])]
-    assert json_rows([]) == "[]"
-
-
 def test_one_job_and_the_summary_say_why_it_waits(api):
     api.queue("a", "b", groups=(2,), user="alice")
     api.tick()

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from rayjobs.client.dashboard import Dashboard
 from rayjobs.shared import STATUSES, TERMINAL
 from rayjobs.views import logparse, metricfiles
-from rayjobs.views.jobfields import field, gpu_groups, groups_in, json_list, meta, status_of
+from rayjobs.views.jobfields import field, getter, gpu_groups, groups_in, json_list, meta, status_of
 
 
 
@@ -100,7 +100,7 @@ def gpus(job: Any) -> int:
 
 def base_row(job: Any, over: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """The row of one job (Ray's details, or the dict form the queue gives of a job it holds)."""
-    f = job.get if isinstance(job, dict) else (lambda name, default=None: getattr(job, name, default))
+    f = getter(job)
     m = dict(f("metadata") or {})
     status = status_of(job)
     over = dict(over or {})
