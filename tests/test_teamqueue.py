@@ -170,13 +170,15 @@ def test_a_users_stop_of_a_job_being_preempted_ends_it_not_requeued(team_cluster
     # not be put back in line and resumed (the queue took the user's stop for the preemption's).
     keep = submit(team_cluster, "trainer.nnodes=1", "trainer.n_gpus_per_node=2", "+fake.steps=400", "+fake.step_s=0.4")
     pre = ("rayjobs.preemptible=true", "rayjobs.preempt_wait_s=120", "+fake.steps=400", "+fake.step_s=0.4")
-    a = submit(team_cluster, *ONE_GPU, *pre, "trainer.save_freq=20")  # a checkpoint every 8 s
+    # a: a checkpoint every 8 s, priority 5, so only b (no checkpoint: it stops only by force) is
+    # below high1; the least-work order alone would take a whenever a saved after b started.
+    a = submit(team_cluster, *ONE_GPU, *pre, "trainer.save_freq=20", "rayjobs.priority=5")
     wait_until(lambda: admitted_at(tclient, a), 120, "the first preemptible job to start")
-    b = submit(team_cluster, *ONE_GPU, *pre, "trainer.save_freq=1000")  # the youngest; no checkpoint: stops only by force
+    b = submit(team_cluster, *ONE_GPU, *pre, "trainer.save_freq=1000")
     wait_until(lambda: all(admitted_at(tclient, j) for j in (keep, b)), 120, "the cluster to be full")
     wait_until(lambda: all("step:2 " in tclient.get_job_logs(j) for j in (a, b)), 120, "both to train")
 
-    high1 = submit(team_cluster, *ONE_GPU, "+fake.steps=2", "+fake.step_s=0.2", "rayjobs.priority=10")
+    high1 = submit(team_cluster, *ONE_GPU, "+fake.steps=2", "+fake.step_s=0.2", "rayjobs.priority=3")
     wait_until(lambda: row(team_cluster, b).get("preempting_for") == high1, 60, "b to be preempted", every=0.2)
     r = cli_on(team_cluster, "stop", b, "--wait", "120")  # a plain stop, mid-preemption
     assert r.returncode == 0 and r.stdout.strip() == f"{b} STOPPED", (r.stdout, r.stderr)
