@@ -403,7 +403,7 @@ def main() -> None:
     os.chdir(work)  # ./conf/exp/fake_ppo.yaml + workloads/fake_verl.py, as a user's project
     (work / "workloads").mkdir(exist_ok=True)
     shutil.copy(benchlib.REPO / "tests" / "workloads" / "fake_verl.py", work / "workloads" / "fake_verl.py")
-    from rayjobs.oncluster.queueactor import WAIT_POLL_S as WAIT_POLL  # noqa: N811
+    from rayjobs.oncluster.queueservice import WAIT_POLL_S as WAIT_POLL  # noqa: N811
 
     load0 = os.getloadavg()[0]
     parts = {"gap": lambda: bench_gap(root, a.jobs), "gap_cold": lambda: bench_gap(root, a.jobs, False, False),

@@ -103,14 +103,14 @@ def nodes(free: Optional[dict[str, Any]] = None) -> tuple[list[capacity.Node], d
     return out, created
 
 
-def unplaced(groups: list[int], submission_id: str, created: dict[str, list[int]], retry_left: bool,
+def unplaced(groups: list[int], found: Optional[dict[str, bool]], created: dict[str, list[int]], retry_left: bool,
              last: Optional[list[int]] = None) -> Optional[list[int]]:
     """The groups of an admitted job that hold no CREATED placement group yet (so stay reserved).
 
-    A trainer that exited with no retry left holds nothing; one between attempts keeps its groups
-    reserved. None: the GCS could not be asked (keep ``last``).
+    ``found``: its trainer's drivers (:func:`drivers`). A trainer that exited with no retry left
+    holds nothing; one between attempts keeps its groups reserved. None: the GCS could not be
+    asked (keep ``last``).
     """
-    found = drivers(submission_id)
     if found is None:
         return last
     left = list(groups)
@@ -143,7 +143,7 @@ class Observed:
 HOLDINGS_FRESH_S = 5.0
 #: While nothing moves (the same free GPUs and CPUs, the same running jobs, all placed), the full
 #: reading (placement groups, drivers) is taken again only this often.
-FULL_EVERY_S = 1.0
+FULL_EVERY_S = 2.0
 
 
 class ClusterReader:
@@ -176,10 +176,10 @@ class ClusterReader:
         for job_id, r in running.items():
             if not r.in_ray:
                 continue
-            left = unplaced(list(r.req.groups), job_id, created, r.req.retries > 0, r.unplaced)
+            found = drivers(job_id)
+            left = unplaced(list(r.req.groups), found, created, r.req.retries > 0, r.unplaced)
             out.unplaced[job_id] = left
             if r.req.groups and not r.req.retries and not r.ending and not (r.unplaced if left is None else left):
-                found = drivers(job_id)
                 if found and all(found.values()):
                     out.trainer_gone.add(job_id)
         return out

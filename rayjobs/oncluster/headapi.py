@@ -135,4 +135,4 @@ def head_jobs() -> HeadJobs:
     """The queue's client of this cluster's Jobs API, from inside the cluster (the head)."""
     from rayjobs.client.dashboard import Dashboard
 
-    return HeadJobs(Dashboard(Target(_url(), "the head", head_token())))
+    return HeadJobs(Dashboard(Target(_url(), "the head", head_token()), direct=True))

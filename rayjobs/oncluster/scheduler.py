@@ -299,7 +299,9 @@ def admit_in_order(p: Pass) -> None:
         return
     nodes = list(p.cluster.nodes)
     held = p.state.gpus_by_user()
-    asking = {w.req.user for w in p.state.waiting.values() if w.req.groups and w.id not in p.decision.holds}
+    # who else waits for GPUs: read only under a quota (a pass over every waiting job: 4 ms of 10,000)
+    asking = ({w.req.user for w in p.state.waiting.values() if w.req.groups and w.id not in p.decision.holds}
+              if p.policy.quota else set())
     shapes = {d for d, n in p.state.shapes.items() if n > 0}
     failed: dict[tuple[int, ...], capacity.Verdict] = {}
     for w in p.in_line():
