@@ -149,6 +149,22 @@ def test_a_data_jobs_dataset_shows_in_the_overrides_column():
     assert overrides_label({"overrides": json.dumps(["trainer.total_epochs=2", "rayjobs.priority=3"])}) == "total_epochs=2"
 
 
+def test_a_metadata_list_is_read_whole_or_not_at_all():
+    import json
+
+    from rayjobs.views.jobfields import json_list
+    from rayjobs.views.jobrows import base_row, overrides_label
+
+    assert json_list(' ["a=1", "b=2"] ') == ["a=1", "b=2"] and json_list("[1, 2]") == ["1", "2"]
+    for bad in ("", None, "[]", "not json", '["a"] trailing', '{"a": 1}', '"a"', "[1,"):
+        assert json_list(bad) == [], bad
+    m = {"overrides": json.dumps(["+exp=x", "trainer.total_epochs=2"]), "sweep_overrides": json.dumps(["a.lr=1e-6"])}
+    row = base_row({"submission_id": "x-1", "status": "RUNNING", "metadata": m})
+    assert row["label"] == overrides_label(m) == "lr=1e-6" and row["overrides"] == ["+exp=x", "trainer.total_epochs=2"]
+    row["overrides"].append("changed")  # a row's lists are its own
+    assert base_row({"submission_id": "x-1", "status": "RUNNING", "metadata": m})["overrides"] == ["+exp=x", "trainer.total_epochs=2"]
+
+
 def test_plot_hints_name_what_the_jobs_logged(tmp_path):
     """A metric typo lists what was logged (plot --json does not); jobs with no step yet are told to wait."""
     import json as _json

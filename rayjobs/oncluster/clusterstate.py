@@ -142,8 +142,11 @@ class Observed:
 #: A preemption's "what would it free" answer is kept this long for the same candidates (GCS queries).
 HOLDINGS_FRESH_S = 5.0
 #: While nothing moves (the same free GPUs and CPUs, the same running jobs, all placed), the full
-#: reading (placement groups, drivers) is taken again only this often.
+#: reading (placement groups, drivers) is taken again only this often...
 FULL_EVERY_S = 2.0
+#: ...and at every look for this long after anything moved: GPUs free when a trainer's placement
+#: groups go, a moment before Ray marks its drivers dead (what lets the queue reap and admit).
+SETTLE_S = 2.0
 
 
 class ClusterReader:
@@ -152,22 +155,27 @@ class ClusterReader:
     def __init__(self) -> None:
         self._held: tuple[float, tuple[str, ...], Mapping[str, Any]] = (0.0, (), {})
         self._last: tuple[float, Any, Observed] = (0.0, None, Observed())
+        self._moved_at = 0.0
 
     def observe(self, running: Mapping[str, Any]) -> Observed:
         """``running``: id -> the queue's Running entry (its groups, retries, what it had unplaced).
 
         One GCS query when nothing moved since the last full reading (less than
-        :data:`FULL_EVERY_S` ago); a trainer leaving frees its placement groups, which moves the
-        free GPUs, and a job with groups still to place is always read in full."""
+        :data:`FULL_EVERY_S` ago) nor in the :data:`SETTLE_S` before; a trainer leaving frees its
+        placement groups, which moves the free GPUs, and a job with groups still to place is
+        always read in full."""
         free = free_now()
         key = (tuple(sorted((n, float(d.get("GPU", 0)), float(d.get("CPU", 0))) for n, d in free.items())),
                tuple((i, r.in_ray, r.ending) for i, r in running.items()))
         at, last_key, last = self._last
-        if (key == last_key and time.monotonic() - at < FULL_EVERY_S
+        now = time.monotonic()
+        if key != last_key:
+            self._moved_at = now
+        if (now - at < FULL_EVERY_S and now - self._moved_at >= SETTLE_S
                 and not any(r.unplaced for r in running.values() if r.in_ray)):
             return Observed(list(last.nodes), {i: None if v is None else list(v) for i, v in last.unplaced.items()})
         out = self._observe(running, free)
-        self._last = (time.monotonic(), key, out)
+        self._last = (now, key, out)
         return out
 
     def _observe(self, running: Mapping[str, Any], free: dict[str, Any]) -> Observed:

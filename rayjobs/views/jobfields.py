@@ -44,14 +44,21 @@ def json_list(text: Optional[str]) -> list[str]:
     return list(_parsed_list(text or "[]"))
 
 
+_DECODE = json.JSONDecoder().raw_decode  # the C scanner without loads' own checks: a row parses two lists
+
+
 @lru_cache(maxsize=8192)
 def _parsed_list(text: str) -> tuple[str, ...]:
     # a row reads its overrides twice (the column and its label): the second is a hit
+    if text == "[]":
+        return ()
     try:
-        v = json.loads(text)
-        return tuple(str(x) for x in v) if isinstance(v, list) else ()
+        v, end = _DECODE(text.strip())
     except ValueError:
         return ()
+    if end != len(text.strip()) or not isinstance(v, list):
+        return ()
+    return tuple(x if isinstance(x, str) else str(x) for x in v)
 
 
 def gpu_groups(job: Any) -> list[int]:

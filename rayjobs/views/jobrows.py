@@ -40,12 +40,16 @@ def sweep_label(m: dict[str, str]) -> str:
 
 def overrides_label(m: dict[str, str]) -> str:
     """The sweep point, else the user's own overrides (short keys), for tables and legends."""
-    label = sweep_label(m)
-    if label:
-        return label
+    return label_of(json_list(m.get("sweep_overrides")), json_list(m.get("overrides")))
+
+
+def label_of(sweep_overrides: list[str], overrides: list[str]) -> str:
+    """:func:`overrides_label` of the two lists, parsed already."""
     from rayjobs.submit.spec import point_label
 
-    own = [o for o in json_list(m.get("overrides")) if "=" in o]
+    if sweep_overrides:
+        return point_label(sweep_overrides)
+    own = [o for o in overrides if "=" in o]
     # rayjobs' own keys are how it ran, not what it is -- but a data job's dataset and source are what it is
     return point_label([o for o in own if not o.lstrip("+~").startswith(("exp=", "rayjobs."))
                         or o.lstrip("+~").startswith("rayjobs.prepare.")])
@@ -77,7 +81,7 @@ def iso_s(t: Any) -> Optional[str]:
 
 def submitted_ts(job: Any) -> float:
     """Seconds since the epoch the job was submitted (metadata, else Ray's start time)."""
-    s = meta(job).get("submitted_at")
+    s = (field(job, "metadata") or {}).get("submitted_at")
     if s:
         try:
             return datetime.fromisoformat(s).timestamp()
@@ -90,7 +94,7 @@ def order(job: Any) -> tuple[float, int, str]:
     """Sort key: submission time, then sweep point number (``-2`` before ``-10``), then id."""
     sid = str(field(job, "submission_id") or "")
     tail = sid.rsplit("-", 1)[-1]
-    point = int(tail) if meta(job).get("sweep") and tail.isdigit() else -1
+    point = int(tail) if (field(job, "metadata") or {}).get("sweep") and tail.isdigit() else -1
     return submitted_ts(job), point, sid
 
 
@@ -101,8 +105,9 @@ def gpus(job: Any) -> int:
 def base_row(job: Any, over: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """The row of one job (Ray's details, or the dict form the queue gives of a job it holds)."""
     f = getter(job)
-    m = dict(f("metadata") or {})
+    m = f("metadata") or {}  # read only
     status = status_of(job)
+    sweep_overrides, overrides = json_list(m.get("sweep_overrides")), json_list(m.get("overrides"))
     over = dict(over or {})
     if f("queue_position") is not None:
         over.setdefault("queue_position", f("queue_position"))
@@ -117,14 +122,14 @@ def base_row(job: Any, over: Optional[dict[str, Any]] = None) -> dict[str, Any]:
         "status": over.get("status", status),
         "experiment": m.get("experiment", ""),
         "sweep": m.get("sweep", "") or None,
-        "overrides": json_list(m.get("overrides")),
+        "overrides": overrides,
         "priority": priority,
         "attempt": 0 if status == "PENDING" or over.get("status") in ("QUEUED", "PENDING") else None,
         "max_attempts": max_attempts(m),
         "submitted_at": sub,
         "queue_position": over.get("queue_position"),
-        "sweep_overrides": json_list(m.get("sweep_overrides")),
-        "label": overrides_label(m),
+        "sweep_overrides": sweep_overrides,
+        "label": label_of(sweep_overrides, overrides),
         "run": m.get("run"),
         "resumed_from": m.get("resumed_from"),  #: the job `rayjobs resume` continued
         "rerun_of": m.get("rerun_of"),  #: the job `rayjobs rerun` ran again
@@ -216,7 +221,10 @@ def short_message(message: Any) -> Optional[str]:
     """Ray's job message without the log copy it appends (", last available logs ..."), no ANSI."""
     if not message:
         return None
-    return " ".join(logparse.clean(str(message)).split(", last available logs")[0].split()) or None
+    text = str(message)
+    if "\x1b" in text or "\r" in text:
+        text = logparse.clean(text)
+    return " ".join(text.split(", last available logs")[0].split()) or None
 
 
 def add_progress(row: dict[str, Any], job: Any, dash: Optional["Dashboard"], lines: int = 400,
