@@ -165,6 +165,21 @@ def test_a_metadata_list_is_read_whole_or_not_at_all():
     assert base_row({"submission_id": "x-1", "status": "RUNNING", "metadata": m})["overrides"] == ["+exp=x", "trainer.total_epochs=2"]
 
 
+def test_the_ledger_skips_the_jobs_the_cluster_lists_by_their_id_alone(tmp_path, monkeypatch):
+    from rayjobs.submit import ledger
+
+    monkeypatch.setenv("RAYJOBS_HOME", str(tmp_path))
+    ledger.record({"id": "b", "entrypoint": 'python x.py --note \'"id": "a"\'', "cluster": "c1", "sweep": ""})
+    ledger.record({"id": "a", "entrypoint": "python x.py", "cluster": "c1", "sweep": "", "experiment": "e"})
+    ledger.record({"id": "c", "entrypoint": "python x.py", "cluster": "c2", "sweep": "s", "metadata": {"id": "b"}})
+    ledger.record({"id": "b", "entrypoint": "again", "cluster": "c1", "sweep": ""})
+    with ledger.path().open("a") as f:
+        f.write("not json\n")
+    for known in (set(), {"a"}, {"b"}, {"a", "b", "c"}, {"x"}):
+        assert list(ledger.entries_not_in(known)) == [e for e in ledger.entries() if e["id"] not in known], known
+    assert [e["entrypoint"] for e in ledger.entries_not_in({"a", "c"})] == ['python x.py --note \'"id": "a"\'', "again"]
+
+
 def test_plot_hints_name_what_the_jobs_logged(tmp_path):
     """A metric typo lists what was logged (plot --json does not); jobs with no step yet are told to wait."""
     import json as _json

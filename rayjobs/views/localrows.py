@@ -38,7 +38,7 @@ def missing_records(known_ids: Iterable[str], cluster: str, sweep: Optional[str]
 
     known = set(known_ids)
     newest: dict[str, dict[str, Any]] = {}
-    for e in ledger.entries():
+    for e in ledger.entries_not_in(known):
         jid = str(e.get("id") or "")
         if not jid or jid in known:
             continue
