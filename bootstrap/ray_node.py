@@ -189,7 +189,7 @@ def prepare_env(cfg: Config) -> None:
 
 def node_cache() -> None:
     """Create this node's cache dir for the jobs (``$RAYJOBS_NODE_CACHE``, default as in
-    ``rayjobs.oncluster.runner.NODE_CACHE_DEFAULT``) and pass its path to the Ray processes;
+    ``rayjobs.oncluster.nodecache.NODE_CACHE_DEFAULT``) and pass its path to the Ray processes;
     each job's runner points vLLM's, torch's and Triton's caches into it (issue 33)."""
     root = os.environ.get("RAYJOBS_NODE_CACHE", f"/tmp/rayjobs-cache-{os.getuid()}").strip()
     if root.lower() in ("", "0", "off", "false", "none"):

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from rayjobs.oncluster import runner
+from rayjobs.oncluster import nodecache, runner
 
 REPO = Path(__file__).resolve().parents[1]
 RENV = "++ray_kwargs.ray_init.runtime_env.env_vars"
@@ -30,7 +30,7 @@ VERL = ["python3", "-m", "verl.trainer.main_ppo"]
 
 def _clean_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
-           if k not in CACHES + (PYC, NO_PYC, runner.NODE_CACHE_ENV, "RAYJOBS_NODE_CACHE_PYC")}
+           if k not in CACHES + (PYC, NO_PYC, nodecache.NODE_CACHE_ENV, "RAYJOBS_NODE_CACHE_PYC")}
     env.update(extra)
     return env
 
@@ -45,7 +45,7 @@ def test_the_trainer_gets_every_cache_under_the_node_cache(tmp_path: Path, monke
                                str(tmp_path))
     assert code == 0, capsys.readouterr()
     seen = json.loads((tmp_path / "seen.json").read_text())
-    expected = {var: str(root / sub) for var, sub in runner.NODE_CACHES.items()}
+    expected = {var: str(root / sub) for var, sub in nodecache.NODE_CACHES.items()}
     assert seen == {**expected, "PYTHONPYCACHEPREFIX": None}   # byte code may be written: left where it is
     assert all(Path(p).is_dir() for p in expected.values())
     out = capsys.readouterr().out
@@ -57,7 +57,7 @@ def test_verl_actors_get_them_through_the_runtime_env(tmp_path: Path) -> None:
     root = tmp_path / "cache"
     env, cmd = runner.attempt_env(["python3", "-m", "verl.trainer.main_ppo"], {"kind": "verl"},
                                   _clean_env(RAYJOBS_NODE_CACHE=str(root)), None, 0, 0)
-    for var, sub in runner.NODE_CACHES.items():
+    for var, sub in nodecache.NODE_CACHES.items():
         assert env[var] == str(root / sub)
         assert cmd.count(f"{RENV}.{var}='{root / sub}'") == 1
     # a job that is not verl's gets them in its environment only
@@ -84,10 +84,10 @@ def test_off_default_and_byte_code(tmp_path: Path, monkeypatch) -> None:
         env, cmd = runner.attempt_env(["python3", "-m", "verl.trainer.main_ppo"], {"kind": "verl"},
                                       _clean_env(RAYJOBS_NODE_CACHE=off), None, 0, 0)
         assert not any(v in env for v in CACHES) and not any(".env_vars." in a for a in cmd)
-    monkeypatch.setattr(runner, "NODE_CACHE_DEFAULT", str(tmp_path / "default"))
+    monkeypatch.setattr(nodecache, "NODE_CACHE_DEFAULT", str(tmp_path / "default"))
     env, _ = runner.attempt_env(["x"], {}, _clean_env(), None, 0, 0)
     assert env["VLLM_CACHE_ROOT"] == str(tmp_path / "default" / "vllm")
-    assert runner.NODE_CACHE_ENV not in env   # the default is not written back into the job's env
+    assert nodecache.NODE_CACHE_ENV not in env   # the default is not written back into the job's env
     env, cmd = runner.attempt_env(["python3", "-m", "verl.trainer.main_ppo"], {"kind": "verl"},
                                   _clean_env(RAYJOBS_NODE_CACHE_PYC="1"), None, 0, 0)
     assert env["PYTHONPYCACHEPREFIX"] == str(tmp_path / "default" / "pyc")
@@ -185,7 +185,7 @@ def _node_script():
 
 def test_the_node_script_creates_the_cache_dir(tmp_path: Path, monkeypatch) -> None:
     node = _node_script()
-    assert runner.NODE_CACHE_DEFAULT == f"/tmp/rayjobs-cache-{os.getuid()}"   # the node script's default too (below)
+    assert nodecache.NODE_CACHE_DEFAULT == f"/tmp/rayjobs-cache-{os.getuid()}"   # the node script's default too (below)
     root = tmp_path / "node" / "cache"
     monkeypatch.setenv("RAYJOBS_NODE_CACHE", str(root))
     node.node_cache()

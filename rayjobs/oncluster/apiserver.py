@@ -110,6 +110,7 @@ async def enqueue_now(rj: Context, body: wire.EnqueueRequest) -> Response:
         raise
     rj.reqs.commit(written)
     rj.kick()
+    jobviews.warm(written)
     return answer({"ids": [j.submission_id for j in body.jobs], "queued": [r.id for r in written],
                    "existing": existing}, 201)
 

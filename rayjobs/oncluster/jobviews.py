@@ -40,6 +40,13 @@ def _base(rec: JobRecord) -> dict[str, Any]:
     return dict(_cached(rec)[1])
 
 
+def warm(recs: Iterable[JobRecord]) -> None:
+    """Build the list's parts of just-queued records now (a sweep's submit pays 15 us a point),
+    so the first list after a big sweep is as fast as the next."""
+    for rec in recs:
+        _cached(rec)
+
+
 def _forget_gone(records: Any) -> None:
     """Drop the parts of records the queue no longer holds (pruned)."""
     if len(_BASES) > len(records):

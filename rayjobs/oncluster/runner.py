@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from rayjobs.oncluster import attemptlog, checkpointwatch, failurecause, raysession
+from rayjobs.oncluster import attemptlog, checkpointwatch, failurecause, nodecache, raysession
 from rayjobs.oncluster.checkpointwatch import CheckpointWatch
 from rayjobs.oncluster.failurecause import Cause
 from rayjobs.shared import JOB_MARK_ENV, STANDBY_GO_ENV, stamp
@@ -353,63 +353,6 @@ def resolve_latest(argv: list[str]) -> list[str]:
     return out
 
 
-#: Node-local caches kept across jobs (issue 33): each variable the job's environment does not set
-#: points to a subdir of ``$RAYJOBS_NODE_CACHE`` (default :data:`NODE_CACHE_DEFAULT`; the node
-#: script creates it; ``off`` sets none). vLLM's, torch inductor's, Triton's, the CUDA driver's
-#: (PTX JIT) and torch's C++ extension caches; their defaults (``~/.cache``, ``/tmp``) may be per
-#: container or shared over NFS. Python byte code too (``PYTHONPYCACHEPREFIX``, :func:`pyc_cache`)
-#: where the job may not write it (``PYTHONDONTWRITEBYTECODE``, set in many containers): else every
-#: process of every job compiles vLLM, Ray and verl from source again.
-NODE_CACHE_ENV = "RAYJOBS_NODE_CACHE"
-NODE_CACHE_DEFAULT = f"/tmp/rayjobs-cache-{os.getuid()}"
-NODE_CACHES = {"VLLM_CACHE_ROOT": "vllm", "TORCHINDUCTOR_CACHE_DIR": "torchinductor",
-               "TRITON_CACHE_DIR": "triton", "CUDA_CACHE_PATH": "nv", "TORCH_EXTENSIONS_DIR": "torch_extensions"}
-PYC_CACHE = ("PYTHONPYCACHEPREFIX", "pyc")
-PYC_ENV = "RAYJOBS_NODE_CACHE_PYC"
-NO_PYC = "PYTHONDONTWRITEBYTECODE"
-ACTOR_ENV = "ray_kwargs.ray_init.runtime_env.env_vars"
-
-
-def pyc_cache(env: dict[str, str], given: set[str]) -> bool:
-    """Whether the job's byte code goes into the node cache: by default when ``env`` forbids
-    writing it (``PYTHONDONTWRITEBYTECODE`` non-empty); ``RAYJOBS_NODE_CACHE_PYC=0`` never, ``=1``
-    always (a prefix hides the ``__pycache__`` dirs pip wrote: on a stack installed with byte code
-    a node's first job compiles it all); never when the job sets ``PYTHONPYCACHEPREFIX`` (or
-    either variable for verl's actors)."""
-    flag = env.get(PYC_ENV, "").strip().lower()
-    if flag in ("0", "false", "no", "off") or env.get(PYC_CACHE[0]):
-        return False
-    if {f"{ACTOR_ENV}.{PYC_CACHE[0]}", f"{ACTOR_ENV}.{NO_PYC}"} & given:
-        return False
-    return flag in ("1", "true", "yes") or bool(env.get(NO_PYC))
-
-
-def node_cache_env(env: dict[str, str], argv: Optional[list[str]] = None) -> dict[str, str]:
-    """``{VAR: value}``: the node cache variables the job gets, each one ``env`` does not set and
-    the command does not pass to verl's actors itself (``...runtime_env.env_vars.VAR=``); with
-    byte code in the cache, ``PYTHONDONTWRITEBYTECODE`` is ``""`` (Python takes it as unset)."""
-    root = env.get(NODE_CACHE_ENV, NODE_CACHE_DEFAULT).strip()
-    if root.lower() in ("", "0", "off", "false", "none"):
-        return {}
-    given = {a.lstrip("+~").partition("=")[0] for a in argv or []}
-    caches = dict(NODE_CACHES)
-    if pyc_cache(env, given):
-        caches[PYC_CACHE[0]] = PYC_CACHE[1]
-    out = {}
-    for var, sub in caches.items():
-        if env.get(var) or f"{ACTOR_ENV}.{var}" in given:
-            continue
-        path = Path(root).expanduser() / sub
-        try:
-            path.mkdir(parents=True, exist_ok=True)
-        except OSError:
-            continue
-        out[var] = str(path)
-    if PYC_CACHE[0] in out and env.get(NO_PYC):
-        out[NO_PYC] = ""
-    return out
-
-
 def attempt_env(argv: list[str], meta: dict[str, Any], base_env: dict[str, str], run_dir: Optional[Path],
                 used: int, retries: int) -> tuple[dict[str, str], list[str]]:
     """The environment and command of the next attempt (its own metrics file, the job's mark)."""
@@ -428,10 +371,10 @@ def attempt_env(argv: list[str], meta: dict[str, Any], base_env: dict[str, str],
     job_id = str(meta.get("job_submission_id") or "")
     if job_id:
         env[JOB_MARK_ENV] = job_id
-    caches = node_cache_env(base_env, argv)
+    caches = nodecache.node_cache_env(base_env, argv)
     env.update(caches)
     if caches:
-        log(f"node cache {env.get(NODE_CACHE_ENV, NODE_CACHE_DEFAULT)}: "
+        log(f"node cache {env.get(nodecache.NODE_CACHE_ENV, nodecache.NODE_CACHE_DEFAULT)}: "
             f"{', '.join(var if value else f'{var}=' for var, value in caches.items())}")
     if meta.get("kind") == "verl":
         # verl's actors (its file logger in TaskRunner, vLLM in the rollout workers) get their
