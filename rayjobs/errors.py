@@ -57,6 +57,16 @@ def did_you_mean(word: str, candidates: Iterable[str], n: int = 3) -> str:
     return f" (did you mean: {', '.join(best)}?)" if best else ""
 
 
+def says_no_such_job(e: BaseException) -> bool:
+    """Does this error of Ray's Jobs API say it has no such job? Its own words only: a bare "404"
+    in the text is also in dashboard ports and job ids (``...-201404-...``), whose every failure
+    it then took for a job Ray had lost."""
+    if isinstance(e, JobNotFound):
+        return True
+    text = str(e)
+    return "does not exist" in text or "status code 404" in text
+
+
 def short_reason(e: BaseException) -> str:
     """A few words for an exception (requests' messages run to several hundred characters)."""
     text = " ".join(str(e).split())

@@ -1,6 +1,7 @@
 """The dashboard client's job poll, through requests and through urllib3's pool (``direct``, the
 head's queue), against a small local HTTP server standing in for the dashboard (no Ray): both
-give the same answers and the same errors."""
+give the same answers and the same errors; the queue takes only Ray's "no such job" for a job
+Ray lost."""
 
 from __future__ import annotations
 
@@ -29,6 +30,8 @@ def dashboard_url() -> Iterator[str]:
                 code, body = 403, b"refused"
             elif job == "bad":
                 code, body = 200, b"not json"
+            elif job.startswith("busy"):
+                code, body = 503, b"try again"
             elif job.startswith("j"):
                 code, body = 200, json.dumps({"submission_id": job, "status": "RUNNING"}).encode()
             else:
@@ -66,3 +69,20 @@ def test_a_job_poll_answers_and_fails_the_same_either_way(dashboard_url, direct)
         Dashboard(Target(dashboard_url, "test", "wrong"), direct=direct).job("j1")
     with pytest.raises(DashboardDown, match="did not answer"):
         Dashboard(Target("http://127.0.0.1:1", "test", TOKEN), timeout=2.0, direct=direct).job("j1")
+
+
+def test_the_queue_takes_only_rays_no_such_job_for_a_lost_job(dashboard_url):
+    from rayjobs.errors import says_no_such_job
+    from rayjobs.oncluster.headapi import LOST, HeadJobs
+
+    jobs = HeadJobs(Dashboard(Target(dashboard_url, "the head", TOKEN), timeout=5.0, direct=True))
+    assert jobs.details("j1")["status"] == "RUNNING"
+    assert jobs.details("x1") == {"status": LOST}  # Ray's 404 for the job
+    # a dashboard that does not answer, or answers 503, says nothing of the job: even with "404"
+    # in its port or in the job's id (a time stamp such as 201404), which once read as lost
+    assert jobs.details("busy-20261204-201404-ab12") is None
+    down = HeadJobs(Dashboard(Target("http://127.0.0.1:1", "the head", TOKEN), timeout=2.0, direct=True))
+    assert down.details("j-201404") is None
+    assert says_no_such_job(RuntimeError("Request failed with status code 404: Job x does not exist."))
+    assert not says_no_such_job(DashboardDown("the dashboard at http://127.0.0.1:40404 did not answer (connection refused)"))
+    assert not says_no_such_job(DashboardDown("the dashboard answered HTTP 503 for job fake-20261204-201404-ab12"))

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Optional
 
 from rayjobs.contract import ids as idres
 from rayjobs.contract.target import Target
-from rayjobs.errors import ClusterUnreachable, ConfigError, JobNotFound, NoSuchJob, RayjobsError, SubmitError, short_reason
+from rayjobs.errors import (ClusterUnreachable, ConfigError, JobNotFound, NoSuchJob, RayjobsError, SubmitError,
+                             says_no_such_job, short_reason)
 from rayjobs.shared import ROLE_KEY
 
 if TYPE_CHECKING:  # the SDK's types, for annotations only (importing Ray costs ~0.4 s)
@@ -176,7 +177,7 @@ class Dashboard:
         except RayjobsError:
             raise
         except Exception as e:
-            if "does not exist" in str(e) or "404" in str(e) or "not found" in str(e).lower():
+            if says_no_such_job(e):
                 raise JobNotFound(f"no job {job_id!r} on the cluster; `rayjobs list` shows the ids") from e
             raise SubmitError(f"could not read job {job_id}: {_one_line(e)}") from e
 

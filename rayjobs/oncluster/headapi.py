@@ -48,8 +48,9 @@ class JobsClient(Protocol):
 
 def unknown_to_ray(e: BaseException) -> bool:
     """Does this Jobs API error say Ray has no such job (not: the dashboard did not answer)?"""
-    text = str(e).lower()
-    return "does not exist" in text or "404" in text or "not found" in text or "no job" in text
+    from rayjobs.errors import says_no_such_job
+
+    return says_no_such_job(e)
 
 
 class HeadJobs:
