@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Optional, Protocol
 
 from rayjobs.contract.target import Target
+from rayjobs.errors import says_no_such_job
 
 #: Set on the head by the node script and the embedded head: the dashboard's URL on loopback.
 DASHBOARD_ENV = "RAYJOBS_DASHBOARD"
@@ -46,13 +47,6 @@ class JobsClient(Protocol):
         """Is a Ray job supervisor of ``job_id`` still alive (True if Ray cannot tell)?"""
 
 
-def unknown_to_ray(e: BaseException) -> bool:
-    """Does this Jobs API error say Ray has no such job (not: the dashboard did not answer)?"""
-    from rayjobs.errors import says_no_such_job
-
-    return says_no_such_job(e)
-
-
 class HeadJobs:
     """:class:`JobsClient` over the head's dashboard."""
 
@@ -72,7 +66,7 @@ class HeadJobs:
         try:
             return dict(self.d.job(job_id))
         except Exception as e:  # noqa: BLE001
-            return {"status": LOST} if unknown_to_ray(e) else None
+            return {"status": LOST} if says_no_such_job(e) else None
 
     def stop(self, job_id: str) -> bool:
         try:
@@ -85,7 +79,7 @@ class HeadJobs:
             self.d.sdk.delete_job(job_id)
             return True
         except Exception as e:  # noqa: BLE001
-            return unknown_to_ray(e)
+            return says_no_such_job(e)
 
     def list_jobs(self) -> list[dict[str, Any]]:
         try:
