@@ -46,6 +46,54 @@ def test_a_span_without_a_step_is_all_start_up_and_the_wait_counts_every_gap() -
     assert waited_s(rec, rec.spans, now=1e9) == 30.0
 
 
+def test_a_span_ends_when_its_gpus_went_back_not_when_its_ray_job_settled() -> None:
+    rec = record("j", [1], at=0.0).with_(admitted_at=100.0)
+    assert rec.span_closed(200.0) == ((100.0, 200.0),)  # not freed: closed at the settling
+    assert rec.with_(freed_at=150.0).span_closed(200.0) == ((100.0, 150.0),)
+    assert rec.with_(freed_at=90.0).span_closed(200.0) == ((100.0, 200.0),)  # an earlier admission's: ignored
+    assert rec.with_(freed_at=250.0).span_closed(200.0) == ((100.0, 200.0),)
+
+
+def test_the_first_reap_to_return_says_when_the_gpus_were_freed() -> None:
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from rayjobs.oncluster.reaping import Reaping
+
+    go = threading.Event()
+
+    def reap(job_id: str, spare_live: bool = False) -> list[str]:
+        if spare_live:  # the early reap, at the trainer's exit
+            go.wait(10)
+            return ["ended pid 7 (vllm)"]
+        return []
+
+    with ThreadPoolExecutor(2) as pool:
+        r = Reaping(reap, pool, details=lambda j: {"status": "SUCCEEDED"})
+        r.trainer_left("a")
+        assert r.gate()  # its leftovers are being ended: no GPU admission
+        before = time.time()
+        go.set()
+        r.early["a"].result(10)
+        for _ in range(100):  # (the done-callback runs just after the result is set)
+            if "a" in r.freed:
+                break
+            time.sleep(0.01)
+        freed_a = r.freed.get("a")
+        assert r.gate() == "" and freed_a is not None and before <= freed_a <= time.time()
+        time.sleep(0.05)
+        assert r.job_ended("a", "SUCCEEDED", used_gpus=True)
+        r.final["a"][2].result(10)
+        (done,) = r.collect()
+        assert done.freed_at == freed_a and done.lines == ["ended pid 7 (vllm)"]  # the early reap's time
+        # no early reap (its Ray job ended first): freed when the end's reap returned
+        r.job_ended("b", "FAILED", used_gpus=True)
+        r.final["b"][2].result(10)
+        (b,) = r.collect()
+        assert b.freed_at is not None and b.freed_at <= time.time() and r.freed == {}
+
+
 def test_usage_sums_per_user_and_sweep_and_filters() -> None:
     recs = [record(f"s-{i}", [1], at=0.0, user="ann" if i else "bob", sweep="s", state=State.DONE)
             .with_(spans=((10.0, 20.0),)) for i in range(3)]
@@ -123,5 +171,9 @@ def test_usage_on_a_real_cluster_matches_what_happened(fresh_clusters, workdir) 
     assert jobs[stopped]["idle"] + jobs[stopped]["startup"] > 0
     total = doc["total"]
     assert total["allocated"] == pytest.approx(sum(jobs[j]["allocated"] for j in jobs), rel=1e-6)
+    for jid in (retried, victim, urgent, stopped):  # each span ends once its trainer left, before the settling
+        v = view(c, jid)
+        last_step = max(f.stat().st_mtime for f in Path(v["metadata"]["run_dir"]).glob("metrics.*.jsonl"))
+        assert last_step <= v["spans"][-1][1] <= float(v["finished_at"]), (v["spans"], last_step, v["finished_at"])
     table = cli_on(c, "usage")
     assert table.returncode == 0 and table.stdout.splitlines()[1].startswith("all"), table.stdout

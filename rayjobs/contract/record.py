@@ -55,6 +55,9 @@ class JobRecord:
     pruned: bool = False  #: deleted from Ray's job table
     ray_logs: str = ""  #: the head's Ray log dir of the session it was last admitted in (a lost run's log stays there)
     spans: tuple[tuple[float, float], ...] = ()  #: (admitted, ended) epoch s of each time it held GPUs
+    #: when the current admission's GPUs went back to the queue (its trainer gone, its leftovers
+    #: reaped): the span ends there, not at the later settling of its Ray job
+    freed_at: Optional[float] = None
     rungs: Mapping[str, Any] = field(default_factory=dict)  #: successive halving: {rung step: its value there}
     halved: Optional[Mapping[str, Any]] = None  #: halved at a rung: {rung, value, rank, of, text}
     updated_at: float = 0.0
@@ -78,8 +81,13 @@ class JobRecord:
         return self.state == State.DONE
 
     def span_closed(self, now: float) -> tuple[tuple[float, float], ...]:
-        """Its spans with the current admission's closed at ``now`` (none open: as they are)."""
-        return self.spans + (((float(self.admitted_at), now),) if self.admitted_at else ())
+        """Its spans with the current admission's closed at ``now``, or earlier where its GPUs already
+        went back to the queue (``freed_at``); none open: as they are."""
+        if not self.admitted_at:
+            return self.spans
+        start = float(self.admitted_at)
+        end = min(now, float(self.freed_at)) if self.freed_at and float(self.freed_at) >= start else now
+        return self.spans + ((start, end),)
 
     def with_(self, **changes: Any) -> "JobRecord":
         """A copy with ``changes``."""

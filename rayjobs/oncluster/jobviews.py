@@ -63,7 +63,8 @@ def _record_part(rec: JobRecord) -> dict[str, Any]:
             "lost": rec.lost, "preemptions": rec.preemptions, "preempted": rec.preempted, "preempting_for": None,
             "reaped": list(rec.reaped), "final": rec.final, "pruned": rec.pruned, "from_queue": rec.done,
             "rungs": dict(rec.rungs or {}), "halved": rec.halved, "preempt_why": (rec.preempting or {}).get("why"),
-            "lost_runs": [dict(h) for h in rec.history if "lost_at" in h]}
+            "lost_runs": [dict(h) for h in rec.history if "lost_at" in h],
+            **({"spans": [list(s) for s in rec.spans]} if rec.spans else {})}  # (a waiting job has none)
 
 
 def reason(svc: Any, w: Waiting) -> str:

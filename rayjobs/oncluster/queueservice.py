@@ -233,7 +233,8 @@ class QueueService:
     def admit(self, job_id: str, note: str, now: float) -> None:
         """Hand a waiting job to Ray: its record says admitted (durably) before Ray is asked."""
         w = self.state.waiting[job_id]
-        rec = self._put(w.rec.with_(state=State.ADMITTED, admitted_at=now, note=note, ray_logs=self.ray_logs,
+        rec = self._put(w.rec.with_(state=State.ADMITTED, admitted_at=now, freed_at=None, note=note,
+                                    ray_logs=self.ray_logs,
                                     first_attempt=next_attempt(w.rec.meta.run_dir)))
         self.state.admit(w, now, rec)
         self.admitter.submit(rec)
@@ -293,6 +294,8 @@ class QueueService:
     def _reaped(self, done: Reaped) -> None:
         r = self.state.ending.pop(done.id, None)
         if r is not None:
+            if done.freed_at:
+                r.rec = r.rec.with_(freed_at=done.freed_at)
             self._settle(r, done.lines, done.info)
 
     def _settle(self, r: Running, reaped: list[str], info: Optional[dict[str, Any]]) -> None:

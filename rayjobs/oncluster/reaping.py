@@ -32,6 +32,7 @@ class Reaped:
     outcome: str  #: how its Ray job ended: a status, or LOST
     lines: list[str]
     info: Optional[dict[str, Any]]
+    freed_at: Optional[float] = None  #: (epoch s) when its GPUs went back to the queue: its first reap returned
 
 
 def _safe(reap: Reap, job_id: str, **kw: Any) -> list[str]:
@@ -50,6 +51,7 @@ class Reaping:
         self.early: dict[str, Future] = {}  #: at a trainer's exit
         self.since: dict[str, float] = {}  #: (monotonic) when its trainer was seen gone
         self.final: dict[str, tuple[str, bool, Future]] = {}  #: at a job's end: (outcome, used GPUs, reap)
+        self.freed: dict[str, float] = {}  #: (epoch s) when its first reap returned: the gate opened for it
 
     def trainer_left(self, job_id: str) -> None:
         """Its trainer's drivers are all dead, no retry to come: reap now (sparing a live runner's tree)."""
@@ -57,7 +59,8 @@ class Reaping:
             return
         self.since[job_id] = time.monotonic()
         if self.enabled:
-            self.early[job_id] = self.pool.submit(_safe, self.reap, job_id, spare_live=True)
+            self.early[job_id] = fut = self.pool.submit(_safe, self.reap, job_id, spare_live=True)
+            fut.add_done_callback(lambda _, j=job_id: self.freed.setdefault(j, time.time()))
 
     def job_ended(self, job_id: str, outcome: str, used_gpus: bool) -> bool:
         """Its Ray job ended (``outcome``: a status, or LOST): reap everything marked. False when
@@ -71,6 +74,7 @@ class Reaping:
     def _at_end(self, job_id: str, outcome: str) -> tuple[list[str], Optional[dict[str, Any]]]:
         t = time.monotonic()
         lines = _safe(self.reap, job_id)
+        self.freed.setdefault(job_id, time.time())
         self.note("reap took", f"{job_id}: {time.monotonic() - t:.3f} s")  # (the benchmark's breakdown)
         return lines, (self.details(job_id) if outcome != "LOST" else None)
 
@@ -83,13 +87,15 @@ class Reaping:
             del self.final[job_id]
             lines, info = fut.result()
             early = self.early[job_id].result() if job_id in self.early and self.early[job_id].done() else []
+            freed = self.freed.get(job_id)
             self._drop(job_id)
-            out.append(Reaped(job_id, outcome, early + [ln for ln in lines if ln not in early], info))
+            out.append(Reaped(job_id, outcome, early + [ln for ln in lines if ln not in early], info, freed))
         return out
 
     def _drop(self, job_id: str) -> None:
         self.early.pop(job_id, None)
         self.since.pop(job_id, None)
+        self.freed.pop(job_id, None)
 
     def gate(self) -> str:
         """Why GPU admissions must wait now ("" if they may go): a job that used GPUs has ended, or

@@ -1,7 +1,8 @@
 """Where the GPU-hours went: the GPU time the queue handed out, split per job, sweep and user.
 
-Each job's allocated GPU-seconds (its GPUs x the spans it held them: admission to end, one span per
-admission, kept in its record) split into
+Each job's allocated GPU-seconds (its GPUs x the spans it held them: admission until its GPUs went
+back to the queue -- its trainer gone and its leftovers reaped, before its Ray job is settled -- one
+span per admission, kept in its record) split into
 
 * **productive** -- the steps that were kept (``timing_s/step`` of each step of its run's history),
 * **redone** -- steps trained again after a retry, a preemption or a stop (logged by an attempt,
