@@ -104,6 +104,34 @@ def test_bad_halving_keys_are_one_line(args, needle, tmp_path) -> None:
     assert r.returncode == 2 and len(errors) == 1 and needle in errors[0], r.stderr
 
 
+def test_a_halving_sweep_starts_its_points_in_a_shuffled_order_fixed_by_its_id() -> None:
+    from dataclasses import replace
+
+    from schedfakes import queued
+
+    from rayjobs.oncluster.request import shuffled_place
+    from rayjobs.oncluster.scheduler import Admit
+
+    def first_admitted(sweep: str, halving: str) -> list[str]:
+        st = state(*(queued(f"{sweep}-{i}", [1], sweep=sweep, halving=halving) for i in range(8)))
+        order = []
+        for _ in range(8):  # one free GPU a pass: the head of the line goes
+            (a,) = decide(st, cluster(node("n0", 1)), Policy(), NOW).of(Admit)
+            order.append(a.id)
+            st.take(a.id)
+        return order
+
+    for sweep in ("sw1", "sw2"):
+        want = sorted((f"{sweep}-{i}" for i in range(8)), key=lambda j: shuffled_place(sweep, int(j.rsplit("-", 1)[1])))
+        got = first_admitted(sweep, H.to_json())
+        assert got == want and got != [f"{sweep}-{i}" for i in range(8)], got  # (a hash order, not the grid's)
+        assert first_admitted(sweep, H.to_json()) == got  # the same after a restart: from the records alone
+    in_order = [f"sw1-{i}" for i in range(8)]
+    assert first_admitted("sw1", replace(H, shuffle=False).to_json()) == in_order
+    assert first_admitted("sw1", "") == in_order  # no halving: the sweep's order
+    assert first_admitted("sw1", H.to_json().replace(', "shuffle": true', "")) == in_order  # an older sweep's
+
+
 def test_halving_keys_travel_in_the_metadata(tmp_path) -> None:
     import json
 
@@ -113,7 +141,12 @@ def test_halving_keys_travel_in_the_metadata(tmp_path) -> None:
                        "rayjobs.halving.metric=critic/score/mean", "rayjobs.halving.rungs=[2,4]", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     meta = json.loads(r.stdout)["submit_job"]["metadata"]
-    assert Halving.from_json(meta["halving"]) == Halving("critic/score/mean", (2, 4), "max", 0.333)
+    assert Halving.from_json(meta["halving"]) == Halving("critic/score/mean", (2, 4), "max", 0.333, shuffle=True)
+    r = rayjobs_submit("+exp=ppo_gsm8k_qwen05b", "trainer.logger=[console]", "rayjobs.dry_run=true", "rayjobs.preflight=false",
+                       "rayjobs.halving.metric=critic/score/mean", "rayjobs.halving.rungs=[2,4]",
+                       "rayjobs.halving.shuffle=false", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert not Halving.from_json(json.loads(r.stdout)["submit_job"]["metadata"]["halving"]).shuffle
 
 
 # --------------------------------------------------------------------------- on a real cluster
@@ -144,6 +177,11 @@ def test_a_halved_sweep_stops_the_bottom_points_at_a_checkpoint_and_the_best_suc
         assert views[i]["rungs"] == {"4": h["value"]}
     for i in ids:  # every point reached the rung (the waiting ones started in the halved ones' place)
         assert "4" in views[i]["rungs"], views[i]
+    # they started in the sweep's shuffled order (two at once at first: equal times go by that order too)
+    from rayjobs.oncluster.request import shuffled_place
+
+    place = {i: shuffled_place(views[i]["metadata"]["sweep"], ids.index(i)) for i in ids}
+    assert sorted(ids, key=lambda i: (views[i]["admitted_at"], place[i])) == sorted(ids, key=place.get), views
     row = cli_on(one_node, "status", halved[0])
     assert f"STOPPED ({views[halved[0]]['halved']['text']})" in row.stdout, row.stdout
     # A halved point keeps its checkpoint: resumed, it goes on to the end and is not halved again.

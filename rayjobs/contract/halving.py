@@ -21,9 +21,11 @@ class Halving:
     rungs: tuple[int, ...]
     mode: str = "max"
     keep: float = 1 / 3
+    shuffle: bool = True  #: its points start in a shuffled order fixed by the sweep's id
 
     def to_json(self) -> str:
-        return json.dumps({"metric": self.metric, "rungs": list(self.rungs), "mode": self.mode, "keep": self.keep})
+        return json.dumps({"metric": self.metric, "rungs": list(self.rungs), "mode": self.mode, "keep": self.keep,
+                           "shuffle": self.shuffle})
 
     @classmethod
     def from_json(cls, text: str) -> Optional["Halving"]:
@@ -33,6 +35,6 @@ class Halving:
         try:
             d = json.loads(text)
             return cls(str(d["metric"]), tuple(int(r) for r in d["rungs"]), str(d.get("mode", "max")),
-                       float(d.get("keep", 1 / 3)))
+                       float(d.get("keep", 1 / 3)), bool(d.get("shuffle", False)))  # (older sweeps: in order)
         except (ValueError, KeyError, TypeError):
             return None

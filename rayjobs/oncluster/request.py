@@ -7,6 +7,7 @@ guard's clock -- survive a restart of the queue or of the head's Ray.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Optional
 
@@ -23,6 +24,7 @@ class Request:
     priority: int = 0
     submitted: float = 0.0  #: epoch seconds (metadata ``submitted_at``)
     point: int = 0  #: index in its sweep (points share ``submitted_at``)
+    place: int = 0  #: its place among its sweep's points: the index, or a halving sweep's shuffle of it
     created_ms: int = 0  #: when it was queued (ms): breaks ties within a second
     since: float = 0.0  #: when it was queued, epoch s (the starvation guard's clock; durable)
     retries: int = 0  #: retries left: with retries left, GPUs stay reserved between attempts
@@ -38,15 +40,23 @@ class Request:
         return sum(self.groups)
 
     def key(self) -> tuple:
-        return (-self.priority, self.submitted, self.point, self.created_ms, self.id)
+        return (-self.priority, self.submitted, self.place, self.created_ms, self.id)
 
 
 def request_from_record(rec: JobRecord) -> Request:
     """The queue's request for a job record."""
     m = rec.meta
     queued = float(rec.queued_at or 0.0)
+    halving = None if m.resumed_from else m.halving_spec
+    point = rec.point
     return Request(id=rec.id, groups=tuple(m.gpu_groups), priority=m.priority, submitted=m.submitted_ts() or queued,
-                   point=rec.point, created_ms=int(queued * 1000), since=queued,
+                   point=point, place=shuffled_place(m.sweep, point) if halving and halving.shuffle else point,
+                   created_ms=int(queued * 1000), since=queued,
                    retries=max(0, m.max_retries - int(rec.lost or 0)), user=m.user, preemptible=m.preemptible,
-                   preempt_wait_s=m.preempt_wait_s, after=tuple(m.after), sweep=m.sweep,
-                   halving=None if m.resumed_from else m.halving_spec)
+                   preempt_wait_s=m.preempt_wait_s, after=tuple(m.after), sweep=m.sweep, halving=halving)
+
+
+def shuffled_place(sweep: str, point: int) -> int:
+    """A point's place in its sweep's shuffled order: a hash of (sweep, point), so every point's place
+    is known from its own record (no sweep size needed) and is the same after a restart."""
+    return int.from_bytes(hashlib.blake2b(f"{sweep}/{point}".encode(), digest_size=8).digest(), "big")

@@ -40,6 +40,9 @@ class HalvingConfig:
     mode: str = "max"  #: max | min
     rungs: List[int] = field(default_factory=list)  #: steps, increasing
     keep: float = 1 / 3  #: the fraction that goes on at a rung
+    #: start the points in a shuffled order, fixed by the sweep's id (false: the sweep's own order).
+    #: A grid lists near-alike points side by side, and a rung's first arrivals go on against few rivals.
+    shuffle: bool = True
 
 
 @dataclass

@@ -249,7 +249,8 @@ def _own_metadata(cfg: Any) -> dict[str, Any]:
 def _halving(h: Any) -> str:
     from rayjobs.contract.halving import Halving
 
-    return Halving(str(h.metric), tuple(int(r) for r in h.rungs), str(h.mode), float(h.keep)).to_json()
+    return Halving(str(h.metric), tuple(int(r) for r in h.rungs), str(h.mode), float(h.keep),
+                   bool(h.shuffle)).to_json()
 
 
 def _os_user() -> str:
