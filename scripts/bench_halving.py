@@ -48,6 +48,7 @@ from typing import Any, Optional
 
 sys.path.insert(0, str(Path(__file__).parent))
 import benchlib  # noqa: E402
+import halving_model  # noqa: E402
 
 import tuneasha  # noqa: E402
 from clusters import FakeGpuCluster  # noqa: E402  (benchlib puts tests/ on sys.path)
@@ -61,7 +62,7 @@ OFFSETS = (0.16, 0.0, 0.28, 0.08, 0.32, 0.04, 0.2, 0.12, 0.24)
 PEAK_FRACTIONS = (0.375, 0.6875, 1.0)
 #: The default rung settings, as fractions of the steps: the first version's [4,8] of 16, then a
 #: ladder shaped like the issue's [50,100,200] (each rung twice the one before).
-RUNG_FRACTIONS = ((0.25, 0.5), (0.125, 0.25, 0.5))
+RUNG_FRACTIONS = ((0.25, 0.5), (0.125, 0.25, 0.5), (0.0625, 0.125, 0.25, 0.5))
 KEEP = 0.333
 #: How the proportions were aimed (a calibration run before the reported one, not kept).
 CALIBRATION = ("aimed at 10-15 % from a calibration run (8 steps of 1 s, on a machine also running another "
@@ -209,9 +210,12 @@ def queue_events(c: FakeGpuCluster, ids: list[str]) -> list[list[Any]]:
     return [list(e) for e in events if str(e[2]).split(":")[0].split(" ")[0] in want]
 
 
-def gpu_s(v: dict[str, Any], ray_clock: bool = False, until_ray_end: bool = False) -> float:
-    """GPU-seconds a job held: admission -> end (queue), Ray's start -> end (``ray_clock``), or admission ->
-    Ray's end (``until_ray_end``: its trainer has left the GPUs, the queue reaps and settles it after); 1 GPU each."""
+def gpu_s(v: dict[str, Any], ray_clock: bool = False, until_ray_end: bool = False, settled: bool = False) -> float:
+    """GPU-seconds a job held: the queue's allocation (its spans: admission -> its GPUs back, as ``rayjobs
+    usage`` counts), admission -> the queue's end (``settled``), Ray's start -> end (``ray_clock``), or
+    admission -> Ray's end (``until_ray_end``); 1 GPU each."""
+    if not (ray_clock or until_ray_end or settled) and v.get("spans"):
+        return sum(b - a for a, b in v["spans"])
     if ray_clock:
         return (v["end_time"] - v["start_time"]) / 1000.0 if v.get("start_time") and v.get("end_time") else 0.0
     if until_ray_end:
@@ -235,6 +239,7 @@ def timeline(v: dict[str, Any], seen: dict[Any, float], lines: list[str], step_s
     steps = {int(k): float(t) for k, t in seen.items()}
     adm = float(v["admitted_at"]) if v.get("admitted_at") else None
     fin = float(v["finished_at"]) if v.get("finished_at") else None
+    freed = float(v["spans"][-1][1]) if v.get("spans") else fin  # its GPUs back to the queue
     ray0 = v["start_time"] / 1000.0 if v.get("start_time") else None
     ray1 = v["end_time"] / 1000.0 if v.get("end_time") else None
     trainer = next((parse_stamp(ln) for ln in lines if "trainer started" in ln), None)
@@ -244,14 +249,14 @@ def timeline(v: dict[str, Any], seen: dict[Any, float], lines: list[str], step_s
     out: dict[str, Any] = {
         "to_ray": _d(adm, ray0), "to_trainer": _d(adm, trainer), "trainer_to_step": _d(trainer, first),
         "startup": _d(adm, first), "train": _d(first, t_last), "after": _d(t_last, fin), "ray_after": _d(t_last, ray1),
-        "settle": _d(ray1, fin), "reap": reap_s, "last": last}
+        "settle": _d(ray1, fin), "reap": reap_s, "last": last, "to_freed": _d(t_last, freed)}
     h = v.get("halved")
     if h:
         rung, at = int(h["rung"]), float(h["at"])
         why = next((ln.split("stopping at checkpoint: ", 1)[1] for ln in lines if "stopping at checkpoint: " in ln), "")
         out.update(rung_to_verdict=_d(steps.get(rung), at), verdict_to_last=_d(at, t_last), last_to_end=_d(t_last, fin),
                    to_rung=_d(first, steps.get(rung)),
-                   rung_to_end=_d(steps.get(rung), fin), past=last - rung,
+                   rung_to_end=_d(steps.get(rung), fin), rung_to_freed=_d(steps.get(rung), freed), past=last - rung,
                    stop=("at once: nothing trained since the checkpoint" if why.startswith("nothing trained")
                          else "at the next checkpoint" if why.startswith("checkpoint step") else why or "no watch line"))
     return out
@@ -294,6 +299,8 @@ def summarize(raw: dict[str, Any], steps: int, step_s: float) -> dict[str, Any]:
     out: dict[str, Any] = {
         "rungs": rungs, "took_s": raw["took_s"],
         "gpu_s": sum(gpu_s(v) for v in views.values()), "ray_gpu_s": sum(gpu_s(v, True) for v in views.values()),
+        "settled_gpu_s": sum(gpu_s(v, settled=True) for v in views.values()),
+        "order": [point_of(v) for v in sorted(views.values(), key=lambda v: (float(v.get("admitted_at") or 0), v["submission_id"]))],
         "ray_end_gpu_s": sum(gpu_s(v, until_ray_end=True) for v in views.values()),
         "status": {s: sum(1 for v in views.values() if v["status"] == s) for s in sorted({v["status"] for v in views.values()})},
         "best": best, "best_status": bv["status"], "best_wall": float(bv["finished_at"]) - t0,
@@ -337,17 +344,19 @@ def run_once(c: FakeGpuCluster, work: Path, a: argparse.Namespace, rungs: Option
 def table(runs: list[dict[str, Any]]) -> str:
     """The per-run table of the doc section."""
     a = runs[0]
-    rows = ["| run | rungs | GPU-s (admitted -> end) | B / A | GPU-s (Ray start -> end) | B / A | GPU-s (admitted -> Ray's end) | B / A "
+    rows = ["| run | rungs | **GPU-s (the queue's allocation)** | B / A | GPU-s (admitted -> the queue's end) | B / A "
+            "| GPU-s (Ray start -> end) | B / A | GPU-s (admitted -> Ray's end) | B / A "
             "| steps trained | statuses "
             "| halved (of them still SUCCEEDED) | best point | submit -> best point's end s | submit -> last end s "
             "| crossing points halved | top-third points halved |",
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---|---:|---:|---:|---:|"]
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|---:|---:|---:|---:|"]
     for k, r in enumerate(runs):
         st = ", ".join(f"{n} {s}" for s, n in r["status"].items())
         cross = f"{r['crossing_halved']} of {r['crossing']}" if "crossing" in r else "-"
         top = f"{r['top_halved']} of {math.ceil(27 / 3)}" if "top_halved" in r else "-"
         rows.append(f"| {'A (full grid)' if k == 0 else f'B{k}'} | {'[' + r['rungs'] + ']' if r['rungs'] else 'none'} "
-                    f"| {r['gpu_s']:.1f} | {r['gpu_s'] / a['gpu_s']:.0%} | {r['ray_gpu_s']:.1f} | {r['ray_gpu_s'] / a['ray_gpu_s']:.0%} "
+                    f"| {r['gpu_s']:.1f} | **{r['gpu_s'] / a['gpu_s']:.0%}** | {r['settled_gpu_s']:.1f} "
+                    f"| {r['settled_gpu_s'] / a['settled_gpu_s']:.0%} | {r['ray_gpu_s']:.1f} | {r['ray_gpu_s'] / a['ray_gpu_s']:.0%} "
                     f"| {r['ray_end_gpu_s']:.1f} | {r['ray_end_gpu_s'] / a['ray_end_gpu_s']:.0%} "
                     f"| {r['steps']} | {st} | {r['halved']} ({r['halved_finished']}) | {r['best_status']} | {r['best_wall']:.1f} "
                     f"| {r['makespan']:.1f} | {cross} | {top} |")
@@ -391,11 +400,45 @@ def halved_table(runs: list[dict[str, Any]]) -> str:
     return "\n".join(rows)
 
 
+def model_costs(runs: list[dict[str, Any]]) -> halving_model.Costs:
+    """The model's per-point costs: medians over every run's jobs (start-up; a natural end's last step ->
+    GPUs back; a halved point's rung step -> GPUs back)."""
+    tls = [t for r in runs for t in r["timelines"].values()]
+    med = lambda xs: statistics.median([x for x in xs if x is not None] or [0.0])  # noqa: E731
+    return halving_model.Costs(med(t["startup"] for t in tls), med(t["to_freed"] for t in tls if "rung_to_freed" not in t),
+                               med(t["rung_to_freed"] for t in tls if "rung_to_freed" in t))
+
+
+def model_table(runs: list[dict[str, Any]], a: argparse.Namespace, grid: list[Point]) -> str:
+    """Per halved run: the measured share, the model at the run's own order, at the grid's order, and
+    over 300 shuffled orders (the spread the one real run was drawn from)."""
+    c = model_costs(runs)
+    gpus = sum(g for g, _ in NODES)
+    sc = lambda p, s: score(*p, s, a.steps)  # noqa: E731
+    full = halving_model.gpu_s(grid, sc, a.steps, a.step_s, (), c, gpus, KEEP)[0]
+    rows = [f"Costs (medians over all runs' jobs): start-up {c.startup:.1f} s, a natural end's last step -> GPUs back "
+            f"{c.end:.1f} s, a halved point's rung step -> GPUs back {c.out:.1f} s; {gpus} GPUs, {a.steps} steps of "
+            f"{a.step_s:g} s, keep {KEEP}. The full grid in the model: {full:.0f} GPU-s (measured: {runs[0]['gpu_s']:.0f}).",
+            "",
+            "| rungs | measured B / A | model, this run's order | model, the grid's own order (`shuffle=false`) "
+            "| model over 300 shuffles: median (p10-p90) | shuffles at or under 40 % |",
+            "|---|---:|---:|---:|---:|---:|"]
+    for r in runs[1:]:
+        rungs = [int(x) for x in r["rungs"].split(",")]
+        own = halving_model.gpu_s(r["order"], sc, a.steps, a.step_s, rungs, c, gpus, KEEP)[0] / full
+        plain = halving_model.gpu_s(grid, sc, a.steps, a.step_s, rungs, c, gpus, KEEP)[0] / full
+        m = halving_model.over_orders(grid, sc, a.steps, a.step_s, rungs, c, gpus, KEEP)
+        rows.append(f"| [{r['rungs']}] | {r['gpu_s'] / runs[0]['gpu_s']:.0%} | {own:.0%} | {plain:.0%} "
+                    f"| {m['median']:.0%} ({m['p10']:.0%}-{m['p90']:.0%}) | {m['under_40']:.0%} |")
+    return "\n".join(rows)
+
+
 def markdown(runs: list[dict[str, Any]], a: argparse.Namespace, note: str) -> str:
     """The doc section."""
     base, bs = runs[0], runs[1:]
     best = base["best"]
     pk = a.peak_steps
+    grid = [(o, pv) for o in OFFSETS for pv in pk]  # the Hydra sweep's order (its last override varies fastest)
     verdicts = "; ".join(
         f"[{r['rungs']}]: **{r['gpu_s'] / base['gpu_s']:.0%}** (admitted -> Ray's end: {r['ray_end_gpu_s'] / base['ray_end_gpu_s']:.0%}), "
         f"best point {'SUCCEEDED' if r['best_status'] == 'SUCCEEDED' else 'did NOT succeed (' + r['best_status'] + ')'}"
@@ -441,16 +484,18 @@ larger share than verl's, so the fake still charges each stopped point more than
 the stop's latency (the queue reads the metrics every second, the runner's watch looks every second) at most a step
 or two; `trainer.save_freq={a.save_freq}` divides every rung, so a point whose verdict reaches its runner before its next
 step stops at once (its checkpoint is the rung's). Rungs: [{bs[0]['rungs'] if bs else '-'}] are the first version's
-[4,8] of 16 scaled (1/4 and 1/2 of the steps); {'[' + bs[1]['rungs'] + ']' if len(bs) > 1 else 'the second setting'}
-is a ladder shaped like the issue's [50,100,200] (1/8, 1/4, 1/2), its last rung past the early peak.
+[4,8] of 16 scaled (1/4 and 1/2 of the steps); the others are ladders shaped like the issue's [50,100,200]
+(each rung twice the one before: 1/8, 1/4, 1/2, and one more rung at 1/16), their last rung past the early peak.
 
 {table(runs)}
 
 - GPU-s against the full grid: {verdicts}. **Target ≤ 40 % with the best point kept: {'met by ' + ', '.join('[' + r['rungs'] + ']' for r in met) if met else 'missed'}.**
   Best final point: offset {best[0]:g}, peak {best[1]} (final {score(*best, a.steps, a.steps):.2f}).
 - {BEFORE}.
-- GPU-s: per job x 1 GPU, the queue's admission -> end (its GPUs are reserved from admission: the job's
-  start-up is in it; the target's measure, as before); Ray's start -> end (a pre-started job is in Ray, holding
+- GPU-s: per job x 1 GPU, **the queue's allocation**: its span from admission (its GPUs are reserved from then:
+  the start-up is in it) until its GPUs went back to the queue -- its trainer gone and its leftovers reaped --
+  as `rayjobs usage` counts it (the target's measure); admission -> the queue's end (the measure before this
+  version: it also counts the settling of the job's Ray end, while the next point may already hold those GPUs); Ray's start -> end (a pre-started job is in Ray, holding
   no GPU, before its admission: more than the queue's in A); admission -> Ray's end (the trainer has left its
   GPUs by then: the queue's end adds its reap and settling, and the next point is admitted during them: the
   k-th admission after the first six came a median {', '.join(f"{r['handoff'][0]:.1f}" for r in runs)} s after the k-th
@@ -462,14 +507,15 @@ is a ladder shaped like the issue's [50,100,200] (1/8, 1/4, 1/2), its last rung 
   there ranks by offset alone and a late bloomer is indistinguishable from an early peaker.
   Top-third points halved: of the grid's 9 best by final value, how many B halved.
 - Final `{METRIC}` of every SUCCEEDED point against fake_verl.py's formula: {mism} mismatches.{parts}
-- Why ≤ 40 % is out of reach here: ASHA is asynchronous -- the first point at a rung always goes on and
-  a point is ranked only against those that reached the rung before it -- and the three peaks of one offset
-  score alike at every rung before step {pk[0]} (ties rank alike, so they go on together). So the first offset's
-  three points run to the end (its early peaker too: first at a rung past its peak, it has no rival there), and
-  so do the later points that rank in the top third of the few that reached each rung before them. Those points
-  alone hold a quarter to a third of A's GPU-s, and each of the ~20 halved ones still pays its start-up and its
-  way out: no rung setting of this grid, keep and order reaches 40 % while every job's start and end cost what
-  they cost here.
+- The order: a halving sweep's points start in a shuffled order fixed by its id (`rayjobs.halving.shuffle`,
+  default on); in the grid's own order the three peaks of one offset start side by side, score alike at every
+  rung before step {pk[0]} (ties rank alike: they go on together) and the first arrivals at a rung face few
+  rivals. One run is one draw of that order: the model below replays the queue's own rule
+  (`rayjobs.oncluster.halving.judge`) over the same curves with this run's measured costs
+  (`scripts/halving_model.py`), at each run's order (a check of the model against the measurement), at the grid's
+  order, and over 300 shuffles.
+
+{model_table(runs, a, grid)}
 
 Where a job's GPU time goes (seconds, median (min-max) over the run's jobs). Marks: the queue's
 `admitted_at` / `finished_at`, Ray's job start / end, the runner's `trainer started (pid N) at <stamp>`
