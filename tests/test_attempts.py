@@ -76,7 +76,8 @@ def trainer_pid(sid: str) -> Optional[int]:
 
 
 def test_a_killed_trainer_resumes_from_its_checkpoint_as_a_new_attempt(cluster, client, workdir):
-    sid = submit(workdir, "rayjobs.max_retries=1", "trainer.save_freq=2", "+fake.steps=12", "+fake.step_s=0.4")
+    # 30 steps: the kill lands ~1-3 s after step 4 on a loaded machine, long before the end (12 s)
+    sid = submit(workdir, "rayjobs.max_retries=1", "trainer.save_freq=2", "+fake.steps=30", "+fake.step_s=0.4")
     wait_until(lambda: "checkpoint saved: step 4" in log(client, sid), 120, "a checkpoint at step 4")
     pid = wait_until(lambda: trainer_pid(sid), 30, "the trainer's pid")
     os.kill(pid, signal.SIGKILL)

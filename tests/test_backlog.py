@@ -158,7 +158,7 @@ def test_head_restart_keeps_the_queue_and_resumes_the_running_job(fresh_clusters
     c = fresh_clusters.get(((2, 6),), fresh=True)
     one = ("trainer.nnodes=1", "trainer.n_gpus_per_node=1", "+fake.hold_gpus=true")
     ckpt = ["trainer.save_freq=2", "+fake.step_s=1.5", "rayjobs.max_retries=1"]
-    running = submit(c, *one, "+fake.steps=12", *ckpt)
+    running = submit(c, *one, "+fake.steps=20", *ckpt)  # (30 s: still training when the head goes)
     doomed = submit(c, *one, "+fake.steps=200", "+fake.step_s=1")  # no retry left
     later = [submit(c, *WHOLE, "+fake.steps=2", "+fake.hold_gpus=true") for _ in range(2)]
     wait_until(lambda: "local_global_step_folder" in _log(c, running), 120, "a checkpoint of the running job")
@@ -216,7 +216,7 @@ def test_a_crashed_heads_runners_never_act_in_the_new_session(fresh_clusters, wo
 
     c = fresh_clusters.get(((2, 6),), fresh=True)
     ckpt = ["trainer.save_freq=2", "+fake.step_s=1.0", "rayjobs.max_retries=2", "+fake.hold_gpus=true"]
-    running = submit(c, *WHOLE, "+fake.steps=10", *ckpt)
+    running = submit(c, *WHOLE, "+fake.steps=20", *ckpt)  # (20 s: still training when the head dies, under load)
     queued = submit(c, *WHOLE, "+fake.steps=2", "+fake.hold_gpus=true")
     wait_until(lambda: "local_global_step_folder" in _log(c, running), 120, "a checkpoint of the running job")
     wait_until(lambda: standby_in_ray(c) == [queued], 90, "the waiting job to be pre-started")

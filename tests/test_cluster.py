@@ -277,11 +277,16 @@ def test_version_warnings_name_the_mismatch() -> None:
 
 
 def test_cli_help_is_fast_and_lists_the_cluster_commands() -> None:
-    import time
+    import resource
 
-    t = time.perf_counter()
+    def cpu() -> float:
+        u = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return u.ru_utime + u.ru_stime
+
+    t = cpu()
     r = subprocess.run([sys.executable, "-m", "rayjobs.cli", "--help"], capture_output=True, text=True, timeout=60)
-    assert time.perf_counter() - t < 2.0  # the budget is 0.3 s; generous for a loaded CI machine
+    # CPU, not wall time (which a loaded machine stretches): ~0.3 s; 2 s means a heavy import crept in
+    assert cpu() - t < 2.0
     for cmd in ("up", "connect", "cluster", "down"):
         assert f"  {cmd} " in r.stdout
     r = subprocess.run([sys.executable, "-X", "importtime", "-c", "import rayjobs.cli"],

@@ -156,12 +156,13 @@ def _metrics_steps(storage: Path) -> dict[int, list[int]]:
 def test_worker_node_death_resumes_from_the_checkpoint_on_the_other_worker(machines: Machines) -> None:
     m, steps, save = machines, 16, 3
     r = m.cli("rayjobs.submit", "+exp=fake_ppo", f"rayjobs.address={HEAD_URL}", "rayjobs.max_retries=2",
-              f"trainer.save_freq={save}", f"+fake.steps={steps}", "+fake.step_s=0.6", "+fake.hold_gpus=true",
+              f"trainer.save_freq={save}", f"+fake.steps={steps}", "+fake.step_s=1.5", "+fake.hold_gpus=true",
               "+fake.actors=true")
     assert r.returncode == 0, r.stderr[-3000:]
     job = r.stdout.strip()
-    # Kill right after step 7 is logged: step 6 is saved, step 8 is still in its sleep (0.6 s), so
-    # the in-flight step cannot complete and the tracker at the kill is the one attempt 2 must use.
+    # Kill right after step 7 is logged: step 6 is saved, step 8 is still in its sleep (1.5 s; step 9's
+    # save is 3 s away, room for a loaded machine), so the in-flight step cannot complete and the
+    # tracker at the kill is the one attempt 2 must use.
     wait_for(lambda: "step:7 - " in m.driver_log(job), 120, lambda: f"step 7 of attempt 1:\n{m.evidence(job)}")
     first = _actor_nodes(m.driver_log(job))
     assert len(first) == 1, m.driver_log(job)[-3000:]
@@ -247,7 +248,7 @@ def test_dashboard_restart_keeps_the_queue_and_the_tail_loses_no_line(one_gpu: A
     def submit(*args: str) -> str:
         return send_on(c, "+fake.hold_gpus=true", *args)
 
-    running = submit(f"+fake.steps={steps}", "+fake.step_s=0.25")
+    running = submit(f"+fake.steps={steps}", "+fake.step_s=0.4")  # (48 s: a restart under load takes up to 20)
     waiting = [submit("+fake.steps=3", f"trainer.total_epochs={k}") for k in (1, 2)]
     tail = Tail(running, "--plain", "--address", c.address)
     tail.wait_for(r"step:5 - ", timeout=180)
@@ -256,7 +257,7 @@ def test_dashboard_restart_keeps_the_queue_and_the_tail_loses_no_line(one_gpu: A
     assert before[running]["status"] == "RUNNING", before[running]
 
     restart_dashboard(c, pause=2.0)
-    after = _rows(c)  # while the first job still runs (it has ~30 s of steps): the queue as it was
+    after = _rows(c)  # while the first job still runs (it has ~48 s of steps): the queue as it was
     # (on a loaded 2-core machine Ray's restarted JobManager once marked it FAILED: its message says why)
     assert after[running]["status"] == "RUNNING", (after[running].get("message"), after[running].get("error"),
                                                    steps_in(tail.stdout)[-1:])

@@ -156,10 +156,10 @@ def test_a_halved_sweep_stops_the_bottom_points_at_a_checkpoint_and_the_best_suc
     from conftest import cli_on, submit_ids, view, wait_done
 
     offsets = [0.5, 0.0, 0.4, 0.1, 0.3, 0.2]
-    ids = submit_ids(one_node, "-m", "+exp=fake_ppo", "+fake.hold_gpus=true", "+fake.steps=16", "+fake.step_s=0.5",
+    ids = submit_ids(one_node, "-m", "+exp=fake_ppo", "+fake.hold_gpus=true", "+fake.steps=24", "+fake.step_s=0.5",
                      "trainer.save_freq=2", f"+fake.score_offset={','.join(map(str, offsets))}",
                      "rayjobs.halving.metric=critic/score/mean", "rayjobs.halving.rungs=[4]", "rayjobs.halving.keep=0.5",
-                     cwd=workdir)
+                     "rayjobs.halving.shuffle=false", cwd=workdir)  # (the offsets' order makes losers: no draw)
     assert len(ids) == 6
     status = {i: wait_done(one_node, i, timeout=300) for i in ids}
     views = {i: view(one_node, i) for i in ids}
@@ -173,15 +173,12 @@ def test_a_halved_sweep_stops_the_bottom_points_at_a_checkpoint_and_the_best_suc
         h = views[i]["halved"]
         assert h["rung"] == 4 and h["rank"] > -(-h["of"] // 2) and h["text"].startswith("halved at step 4: "), h
         ckpt = views[i]["checkpoint_step"]
-        assert ckpt is not None and 4 <= ckpt < 16, views[i]  # stopped at a checkpoint after the rung, before the end
+        assert ckpt is not None and 4 <= ckpt < 24, views[i]  # stopped at a checkpoint after the rung, before the end
         assert views[i]["rungs"] == {"4": h["value"]}
     for i in ids:  # every point reached the rung (the waiting ones started in the halved ones' place)
         assert "4" in views[i]["rungs"], views[i]
-    # they started in the sweep's shuffled order (two at once at first: equal times go by that order too)
-    from rayjobs.oncluster.request import shuffled_place
-
-    place = {i: shuffled_place(views[i]["metadata"]["sweep"], ids.index(i)) for i in ids}
-    assert sorted(ids, key=lambda i: (views[i]["admitted_at"], place[i])) == sorted(ids, key=place.get), views
+    # shuffle=false: they started in the sweep's order (two at once at first)
+    assert sorted(ids, key=lambda i: (views[i]["admitted_at"], ids.index(i))) == ids, views
     row = cli_on(one_node, "status", halved[0])
     assert f"STOPPED ({views[halved[0]]['halved']['text']})" in row.stdout, row.stdout
     # A halved point keeps its checkpoint: resumed, it goes on to the end and is not halved again.
@@ -190,3 +187,20 @@ def test_a_halved_sweep_stops_the_bottom_points_at_a_checkpoint_and_the_best_suc
     new = r.stdout.split()[-1]
     assert wait_done(one_node, new, timeout=180) == "SUCCEEDED", view(one_node, new)
     assert not view(one_node, new).get("halved")
+
+
+def test_a_halving_sweeps_points_start_in_its_shuffled_order(one_node, workdir) -> None:
+    """Through the real submit and queue: 6 one-step points on 2 fake GPUs start in the order of
+    their places in the sweep's shuffle (a rung they never reach: nothing is halved)."""
+    from conftest import submit_ids, view, wait_done
+
+    from rayjobs.oncluster.request import shuffled_place
+
+    ids = submit_ids(one_node, "-m", "+exp=fake_ppo", "+fake.hold_gpus=true", "+fake.steps=1",
+                     "+fake.score_offset=0,0.1,0.2,0.3,0.4,0.5", "rayjobs.halving.metric=critic/score/mean",
+                     "rayjobs.halving.rungs=[100]", cwd=workdir)
+    assert [wait_done(one_node, i, timeout=300) for i in ids] == ["SUCCEEDED"] * 6
+    views = {i: view(one_node, i) for i in ids}
+    place = {i: shuffled_place(views[i]["metadata"]["sweep"], k) for k, i in enumerate(ids)}
+    assert sorted(ids, key=lambda i: (views[i]["admitted_at"], place[i])) == sorted(ids, key=place.get), \
+        {i: (views[i]["admitted_at"], place[i]) for i in ids}

@@ -185,7 +185,9 @@ def test_auto_falls_back_to_the_sample_when_the_hub_is_unreachable(tmp_path, dat
 
 def test_auto_offline_falls_back_and_a_silent_hub_is_given_up_on(tmp_path):
     """HF_HUB_OFFLINE=1 without a cached copy, and a hub that accepts but never answers (bounded)."""
+    t0 = time.monotonic()
     r = prepare(tmp_path, "--dataset=gsm8k", f"--out={tmp_path / 'a'}", env={"HF_HUB_OFFLINE": "1"})
+    offline = time.monotonic() - t0  # the same imports and fallback, no hub: what a loaded machine adds
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
     reason = FALLBACK.match(r.stdout.splitlines()[0]).group("reason")
     assert reason == "HF_HUB_OFFLINE is set and there is no cached copy"
@@ -197,7 +199,8 @@ def test_auto_offline_falls_back_and_a_silent_hub_is_given_up_on(tmp_path):
                     env={"HF_ENDPOINT": f"http://127.0.0.1:{silent.getsockname()[1]}", "HF_HUB_ETAG_TIMEOUT": "1"})
         took = time.monotonic() - t0
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
-    assert FALLBACK.match(r.stdout.splitlines()[0]) and took < 10, (took, r.stdout)
+    # given up on within its 1-s timeouts (the hub client's default would wait 10 s a request)
+    assert FALLBACK.match(r.stdout.splitlines()[0]) and took - offline < 8, (took, offline, r.stdout)
 
 
 def test_auto_uses_a_cached_hub_copy_when_offline(tmp_path):

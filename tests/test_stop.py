@@ -77,12 +77,15 @@ def test_stop_at_checkpoint_stops_right_after_the_next_save(cluster, workdir):
     assert "stops once the next one is saved" in r.stderr, r.stderr
     text = log(cluster, sid)
     assert "[rayjobs] stop at checkpoint asked" in text, text[-2000:]
-    m = re.search(r"\[rayjobs\] stopping at checkpoint: checkpoint step (\d+) saved", text)
+    # the next save, or -- asked within a second of a save, before another step -- that one
+    m = re.search(r"\[rayjobs\] stopping at checkpoint: (?:checkpoint step (\d+) saved|nothing trained since "
+                  r"checkpoint step (\d+))", text)
     assert m, text[-2000:]
-    at = int(m.group(1))
-    assert at > before and at % 5 == 0
-    # it stopped right after that save: at most the step under way when the runner saw the save
-    assert max(steps(text)) <= at + 1, (at, max(steps(text)))
+    at = int(m.group(1) or m.group(2))
+    assert (at > before if m.group(1) else at >= before) and at % 5 == 0, m.group(0)
+    # it stopped right after that save: the step under way when the runner saw it, one more on a
+    # loaded machine (the watch looks every second; Ray's stop takes a moment), never the next save
+    assert max(steps(text)) <= at + 2, (at, max(steps(text)))
     ckpt_dir = next(ln.split(": ", 1)[1] for ln in text.splitlines() if "local_global_step_folder: " in ln)
     assert checkpointwatch.saved_step(str(Path(ckpt_dir).parent)) == at
 

@@ -211,7 +211,7 @@ def restart_dashboard(pause: float = 1.0) -> float:
 
 
 def test_tail_survives_a_dashboard_restart_without_lost_or_repeated_lines(cluster, client, workdir):
-    job = submit("+fake.steps=70", "+fake.step_s=0.15")
+    job = submit("+fake.steps=70", "+fake.step_s=0.4")  # (28 s: the tail is still following after the restart)
     t = Tail(job)
     t.wait_for(r"step:5 - ")
     down = restart_dashboard(pause=1.0)
@@ -228,7 +228,7 @@ def test_tail_survives_a_dashboard_restart_without_lost_or_repeated_lines(cluste
 
 
 def test_tail_on_a_terminal_shows_the_live_panel(cluster, client, workdir):
-    job = submit("+fake.steps=8", "+fake.step_s=0.25")
+    job = submit("+fake.steps=8", "+fake.step_s=1.0")  # (8 s of steps: the tail attaches while it runs)
     master, slave = pty.openpty()
     env = dict(os.environ, COLUMNS="140", LINES="40", TERM="xterm-256color")
     p = subprocess.Popen([sys.executable, "-m", "rayjobs.cli", "tail", job], stdin=slave, stdout=slave,

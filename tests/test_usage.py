@@ -143,7 +143,7 @@ def test_usage_on_a_real_cluster_matches_what_happened(fresh_clusters, workdir) 
     base = ("+fake.hold_gpus=true", "trainer.n_gpus_per_node=1", "trainer.save_freq=2", "+fake.step_s=0.3")
     retried = send_on(c, *base, "+fake.steps=6", "+fake.fail_at=3", "rayjobs.max_retries=1")
     assert wait_done(c, retried, timeout=180) == "SUCCEEDED"
-    victim = send_on(c, *base, "+fake.steps=30", "rayjobs.preemptible=true")
+    victim = send_on(c, *base, "+fake.steps=60", "rayjobs.preemptible=true")  # (18 s: preempted before its end)
     wait_until(lambda: (view(c, victim).get("rungs") is not None) and view(c, victim)["status"] == "RUNNING"
                and (Path(view(c, victim)["metadata"]["run_dir"]) / "metrics.1.jsonl").exists(), 120, "the victim to train")
     wait_until(lambda: Path(view(c, victim)["metadata"]["checkpoint_dir"], "latest_checkpointed_iteration.txt").exists(),
