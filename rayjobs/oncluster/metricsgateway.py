@@ -4,7 +4,7 @@ Ray exports each node's metrics (GPU utilisation and memory, CPU, RAM, network, 
 node's address, and its dashboard lists those endpoints (``/api/prometheus/sd``). A laptop reaches
 the cluster only through an SSH tunnel to the head's loopback, so this small server, started by
 the node script on the head (``bootstrap/ray_node.py``), listens on ``127.0.0.1:$RAYJOBS_METRICS_PORT``
-(8264) only and answers:
+(8264) only and answers (FastAPI on uvicorn, described at ``GET /openapi.json``):
 
 * ``GET /metrics``: every node's exposition merged into one (:func:`rayjobs.client.promscrape.merge`;
   Ray's samples carry the node's ``ip``), plus ``rayjobs_metrics_target_up{target=...}`` per node;
@@ -27,7 +27,6 @@ import os
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Optional
 
@@ -77,45 +76,50 @@ class Gateway:
             return text
 
 
-def _handler(gw: Gateway) -> type:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-            path = self.path.split("?", 1)[0]
-            if path == "/metrics":
-                self._send(200, gw.metrics(), "text/plain; version=0.0.4; charset=utf-8")
-            elif path == "/targets":
-                self._send(200, json.dumps(gw.targets()), "application/json")
-            elif path == "/-/healthy":
-                self._send(200, "ok\n", "text/plain")
-            else:
-                self._send(404, "rayjobs metrics gateway: /metrics, /targets, /-/healthy\n", "text/plain")
+def create_app(gw: Gateway) -> Any:
+    """The gateway's routes (FastAPI; it describes itself at ``GET /openapi.json``). The handlers are
+    plain functions: FastAPI runs them in its thread pool, so a slow scrape blocks no other reader."""
+    from fastapi import FastAPI
+    from fastapi.responses import PlainTextResponse
 
-        def _send(self, code: int, body: str, ctype: str) -> None:
-            data = body.encode()
-            self.send_response(code)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+    from rayjobs.shared import __version__
 
-        def log_message(self, *a: Any) -> None:  # one line per scrape would fill the log
-            pass
+    app = FastAPI(title="rayjobs metrics gateway", version=__version__, docs_url=None, redoc_url=None,
+                  description="Every node's Prometheus metrics in one scrape, on the head's loopback.")
 
-    return Handler
+    @app.get("/metrics", response_class=PlainTextResponse, response_model=None, summary="Every node's metrics, merged")
+    def metrics() -> Any:
+        return PlainTextResponse(gw.metrics(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    @app.get("/targets", summary="The metrics endpoints it scrapes")
+    def targets() -> list[str]:
+        return gw.targets()
+
+    @app.get("/-/healthy", response_class=PlainTextResponse, summary="ok while it serves")
+    def healthy() -> str:
+        return "ok\n"
+
+    return app
 
 
-def serve(port: int, dashboard: str, ready: Optional[threading.Event] = None) -> ThreadingHTTPServer:
-    """Bind 127.0.0.1:``port`` and serve until the process ends (``ready`` is set once bound).
+def serve(port: int, dashboard: str, ready: Optional[threading.Event] = None) -> None:
+    """Bind 127.0.0.1:``port`` and serve (uvicorn) until the process ends (``ready`` is set once bound).
 
     Raises:
         OSError: the port is taken.
     """
-    server = ThreadingHTTPServer(("127.0.0.1", port), _handler(Gateway(dashboard)))
-    server.daemon_threads = True
+    import socket
+
+    import uvicorn
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port))  # here, not in uvicorn: a taken port is an OSError the caller words
     if ready is not None:
         ready.set()
-    server.serve_forever()
-    return server
+    config = uvicorn.Config(create_app(Gateway(dashboard)), log_level="warning", access_log=False, lifespan="off",
+                            ws="none")
+    uvicorn.Server(config).run(sockets=[sock])
 
 
 def _daemonize(pidfile: Path, log: Path) -> None:
