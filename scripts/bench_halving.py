@@ -223,6 +223,18 @@ def gpu_s(v: dict[str, Any], ray_clock: bool = False, until_ray_end: bool = Fals
     return float(v["finished_at"]) - float(v["admitted_at"]) if v.get("admitted_at") and v.get("finished_at") else 0.0
 
 
+def admission_key(v: dict[str, Any]) -> tuple[float, int]:
+    """The order the queue admitted a run's points in: by time, then (one tick) by their place in line."""
+    from rayjobs.contract.halving import Halving
+    from rayjobs.contract.meta import point_of as index_of
+    from rayjobs.oncluster.request import shuffled_place
+
+    sweep = v["metadata"].get("sweep", "")
+    k = index_of(v["submission_id"], sweep)
+    h = Halving.from_json(v["metadata"].get("halving", ""))
+    return float(v.get("admitted_at") or 0), shuffled_place(sweep, k) if h and h.shuffle else k
+
+
 def trained(v: dict[str, Any]) -> int:
     """The last step a job logged (its final metrics' step)."""
     return int((v.get("final") or {}).get("step") or 0)
@@ -300,7 +312,7 @@ def summarize(raw: dict[str, Any], steps: int, step_s: float) -> dict[str, Any]:
         "rungs": rungs, "took_s": raw["took_s"],
         "gpu_s": sum(gpu_s(v) for v in views.values()), "ray_gpu_s": sum(gpu_s(v, True) for v in views.values()),
         "settled_gpu_s": sum(gpu_s(v, settled=True) for v in views.values()),
-        "order": [point_of(v) for v in sorted(views.values(), key=lambda v: (float(v.get("admitted_at") or 0), v["submission_id"]))],
+        "order": [point_of(v) for v in sorted(views.values(), key=admission_key)],
         "ray_end_gpu_s": sum(gpu_s(v, until_ray_end=True) for v in views.values()),
         "status": {s: sum(1 for v in views.values() if v["status"] == s) for s in sorted({v["status"] for v in views.values()})},
         "best": best, "best_status": bv["status"], "best_wall": float(bv["finished_at"]) - t0,

@@ -194,6 +194,7 @@ def test_a_halving_sweeps_points_start_in_its_shuffled_order(one_node, workdir) 
     their places in the sweep's shuffle (a rung they never reach: nothing is halved)."""
     from conftest import submit_ids, view, wait_done
 
+    from rayjobs.contract.meta import point_of
     from rayjobs.oncluster.request import shuffled_place
 
     ids = submit_ids(one_node, "-m", "+exp=fake_ppo", "+fake.hold_gpus=true", "+fake.steps=1",
@@ -201,6 +202,6 @@ def test_a_halving_sweeps_points_start_in_its_shuffled_order(one_node, workdir) 
                      "rayjobs.halving.rungs=[100]", cwd=workdir)
     assert [wait_done(one_node, i, timeout=300) for i in ids] == ["SUCCEEDED"] * 6
     views = {i: view(one_node, i) for i in ids}
-    place = {i: shuffled_place(views[i]["metadata"]["sweep"], k) for k, i in enumerate(ids)}
+    place = {i: shuffled_place(sw := views[i]["metadata"]["sweep"], point_of(i, sw)) for i in ids}
     assert sorted(ids, key=lambda i: (views[i]["admitted_at"], place[i])) == sorted(ids, key=place.get), \
         {i: (views[i]["admitted_at"], place[i]) for i in ids}

@@ -49,7 +49,7 @@ def lost_attempt(rec: JobRecord) -> JobRecord:
     ran = _ran(rec)
     gone = sorted(set(ran) - set(rec.attempts))  # the attempts of the run that was lost
     log = f"{rec.ray_logs}/job-driver-{rec.id}.log" if rec.ray_logs else None  # it stays in that session's dir
-    out = rec.with_(lost=lost, admitted_at=None, attempts=ran, spans=rec.span_closed(time.time()),
+    out = rec.with_(lost=lost, admitted_at=None, freed_at=None, attempts=ran, spans=rec.span_closed(time.time()),
                     history=rec.history + ({"lost_at": time.time(), "attempts": gone, "log": log},))
     if lost <= rec.meta.max_retries:
         return out.with_(state=State.WAITING, note="requeued: the cluster restarted while it ran; it resumes from its checkpoint")
@@ -65,7 +65,7 @@ def requeued_record(rec: JobRecord, reaped: Sequence[str] = ()) -> JobRecord:
     last = (last_metrics(rec.meta.run_dir) or {}).get("step")
     info = {"by": (rec.preempting or {}).get("by"), "at": time.time(), "checkpoint_step": ckpt,
             "step": last, "redo": max(0, int(last or 0) - int(ckpt or 0)), "why": (rec.preempting or {}).get("why")}
-    return rec.with_(state=State.WAITING, preempting=None, admitted_at=None, note="", preempted=info,
+    return rec.with_(state=State.WAITING, preempting=None, admitted_at=None, freed_at=None, note="", preempted=info,
                      spans=rec.span_closed(float(info["at"])),
                      preemptions=rec.preemptions + 1, history=rec.history + ({"preempted": info},),
                      reaped=rec.reaped + tuple(reaped), attempts=_ran(rec))

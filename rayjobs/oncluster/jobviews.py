@@ -64,7 +64,7 @@ def _record_part(rec: JobRecord) -> dict[str, Any]:
             "reaped": list(rec.reaped), "final": rec.final, "pruned": rec.pruned, "from_queue": rec.done,
             "rungs": dict(rec.rungs or {}), "halved": rec.halved, "preempt_why": (rec.preempting or {}).get("why"),
             "lost_runs": [dict(h) for h in rec.history if "lost_at" in h],
-            **({"spans": [list(s) for s in rec.spans]} if rec.spans else {})}  # (a waiting job has none)
+            **({"spans": [list(s) for s in rec.spans]} if rec.spans else {})}  # (none until it first ran)
 
 
 def reason(svc: Any, w: Waiting) -> str:

@@ -96,7 +96,7 @@ def create_app(gw: Gateway) -> Any:
         return gw.targets()
 
     @app.get("/-/healthy", response_class=PlainTextResponse, summary="ok while it serves")
-    def healthy() -> str:
+    async def healthy() -> str:  # (in the loop: a pool busy with scrapes must not make it look down)
         return "ok\n"
 
     return app
@@ -114,7 +114,12 @@ def serve(port: int, dashboard: str, ready: Optional[threading.Event] = None) ->
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", port))  # here, not in uvicorn: a taken port is an OSError the caller words
+    try:  # here, not in uvicorn: a taken port is an OSError the caller words
+        sock.bind(("127.0.0.1", port))
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
     if ready is not None:
         ready.set()
     config = uvicorn.Config(create_app(Gateway(dashboard)), log_level="warning", access_log=False, lifespan="off",

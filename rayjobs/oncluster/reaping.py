@@ -42,6 +42,12 @@ def _safe(reap: Reap, job_id: str, **kw: Any) -> list[str]:
         return [f"reaping failed: {type(e).__name__}: {' '.join(str(e).split())[:200]}"]
 
 
+def _timed(reap: Reap, job_id: str, **kw: Any) -> tuple[list[str], float]:
+    """A reap's lines and when it returned (epoch s): from then on the gate lets its GPUs go."""
+    lines = _safe(reap, job_id, **kw)
+    return lines, time.time()
+
+
 class Reaping:
     """Reaps in the queue's pool; which of them still hold the GPUs."""
 
@@ -50,17 +56,16 @@ class Reaping:
         self.reap, self.pool, self.details, self.enabled, self.note = reap, pool, details, enabled, note
         self.early: dict[str, Future] = {}  #: at a trainer's exit
         self.since: dict[str, float] = {}  #: (monotonic) when its trainer was seen gone
+        self.left_at: dict[str, float] = {}  #: the same, epoch s (a span ends by then + ENDING_MAX_S)
         self.final: dict[str, tuple[str, bool, Future]] = {}  #: at a job's end: (outcome, used GPUs, reap)
-        self.freed: dict[str, float] = {}  #: (epoch s) when its first reap returned: the gate opened for it
 
     def trainer_left(self, job_id: str) -> None:
         """Its trainer's drivers are all dead, no retry to come: reap now (sparing a live runner's tree)."""
         if job_id in self.since:
             return
-        self.since[job_id] = time.monotonic()
+        self.since[job_id], self.left_at[job_id] = time.monotonic(), time.time()
         if self.enabled:
-            self.early[job_id] = fut = self.pool.submit(_safe, self.reap, job_id, spare_live=True)
-            fut.add_done_callback(lambda _, j=job_id: self.freed.setdefault(j, time.time()))
+            self.early[job_id] = self.pool.submit(_timed, self.reap, job_id, spare_live=True)
 
     def job_ended(self, job_id: str, outcome: str, used_gpus: bool) -> bool:
         """Its Ray job ended (``outcome``: a status, or LOST): reap everything marked. False when
@@ -71,23 +76,27 @@ class Reaping:
         self.final[job_id] = (outcome, used_gpus, self.pool.submit(self._at_end, job_id, outcome))
         return True
 
-    def _at_end(self, job_id: str, outcome: str) -> tuple[list[str], Optional[dict[str, Any]]]:
+    def _at_end(self, job_id: str, outcome: str) -> tuple[list[str], float, Optional[dict[str, Any]]]:
         t = time.monotonic()
-        lines = _safe(self.reap, job_id)
-        self.freed.setdefault(job_id, time.time())
+        lines, done = _timed(self.reap, job_id)
         self.note("reap took", f"{job_id}: {time.monotonic() - t:.3f} s")  # (the benchmark's breakdown)
-        return lines, (self.details(job_id) if outcome != "LOST" else None)
+        return lines, done, (self.details(job_id) if outcome != "LOST" else None)
 
     def collect(self) -> list[Reaped]:
-        """The reaps at a job's end that came back, each with the early reap's lines first."""
+        """The reaps at a job's end that came back, each with the early reap's lines first, and when
+        its GPUs went back (the first of its reaps to return, or the gate's bound on an early one)."""
         out = []
         for job_id, (outcome, _, fut) in list(self.final.items()):
             if not fut.done():
                 continue
             del self.final[job_id]
-            lines, info = fut.result()
-            early = self.early[job_id].result() if job_id in self.early and self.early[job_id].done() else []
-            freed = self.freed.get(job_id)
+            lines, freed, info = fut.result()
+            early: list[str] = []
+            if job_id in self.early and self.early[job_id].done():
+                early, early_at = self.early[job_id].result()
+                freed = min(freed, early_at)
+            if job_id in self.left_at:
+                freed = min(freed, self.left_at[job_id] + ENDING_MAX_S)
             self._drop(job_id)
             out.append(Reaped(job_id, outcome, early + [ln for ln in lines if ln not in early], info, freed))
         return out
@@ -95,7 +104,7 @@ class Reaping:
     def _drop(self, job_id: str) -> None:
         self.early.pop(job_id, None)
         self.since.pop(job_id, None)
-        self.freed.pop(job_id, None)
+        self.left_at.pop(job_id, None)
 
     def gate(self) -> str:
         """Why GPU admissions must wait now ("" if they may go): a job that used GPUs has ended, or
