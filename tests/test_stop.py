@@ -131,10 +131,12 @@ def test_resume_continues_a_stopped_job_from_its_checkpoint(cluster, workdir):
     m = re.search(r"stopping at checkpoint: (?:checkpoint step (\d+) saved|nothing trained since checkpoint step (\d+))",
                   log(cluster, sid))
     assert m, log(cluster, sid)[-3000:]
-    at = int(m.group(1) or m.group(2))
+    # the job's last checkpoint: that one, or -- Ray's stop reaching a loaded machine's trainer seconds
+    # later -- a later one (the watch's word is when the stop was asked; the record's, where it ended)
+    v = view(cluster, sid)
+    at = v["checkpoint_step"]
+    assert v["status"] == "STOPPED" and at is not None and at >= int(m.group(1) or m.group(2)) and at % 3 == 0, (v, m[0])
     assert at < 40, at  # stopped before its end: there is something to resume
-
-    assert view(cluster, sid)["status"] == "STOPPED" and view(cluster, sid)["checkpoint_step"] == at
 
     r = cli_on(cluster, "resume", sid, timeout=300)
     assert r.returncode == 0, r.stderr
@@ -167,7 +169,7 @@ def test_a_resume_leaves_the_stopped_jobs_own_row_as_it_was(cluster, workdir):
     # The resume runs the same run (its run dir, its metrics.<attempt>.jsonl files): the stopped
     # job's row must stay its own (attempt 1, the step it stopped at, its score), not take on the
     # resumed job's attempt 2, final step and score, in `rayjobs list --json` and `status --json`.
-    total = 30
+    total = 45  # (27 s: still training when a stop asked after the first save lands, on a loaded machine)
     sid = submit(cluster, "trainer.save_freq=3", f"+fake.steps={total}", "+fake.step_s=0.6")
     wait_until(lambda: saved(log(cluster, sid)), 120, "a first checkpoint")
     r = stop(cluster, sid, "--at-checkpoint", "--wait", "60")
