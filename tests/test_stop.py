@@ -133,6 +133,7 @@ def test_resume_continues_a_stopped_job_from_its_checkpoint(cluster, workdir):
     assert m, log(cluster, sid)[-3000:]
     # the job's last checkpoint: that one, or -- Ray's stop reaching a loaded machine's trainer seconds
     # later -- a later one (the watch's word is when the stop was asked; the record's, where it ended)
+    assert wait_done(cluster, sid) == "STOPPED"  # the queue's record settled (its checkpoint known then)
     v = view(cluster, sid)
     at = v["checkpoint_step"]
     assert v["status"] == "STOPPED" and at is not None and at >= int(m.group(1) or m.group(2)) and at % 3 == 0, (v, m[0])
@@ -176,6 +177,7 @@ def test_a_resume_leaves_the_stopped_jobs_own_row_as_it_was(cluster, workdir):
     assert r.returncode == 0 and r.stdout.strip() == f"{sid} STOPPED", (r.stdout, r.stderr)
     at = max(steps(log(cluster, sid)))
     assert at < total, at
+    assert wait_done(cluster, sid) == "STOPPED"  # the queue's record settled (its checkpoint known then)
 
     def own(row: dict[str, Any]) -> tuple[Any, ...]:
         return row["status"], row["attempt"], row["step"], row["score"], row["checkpoint_step"]
