@@ -70,11 +70,11 @@ CALIBRATION = ("aimed at 10-15 % from a calibration run (8 steps of 1 s, on a ma
 NODES = ((2, 6), (2, 6), (2, 6))
 Point = tuple[float, int]
 #: The run this section reported before, for reference (its start-up dominated: see the section).
-BEFORE = ("before (the previous version of this section: 16 steps of 1.5 s, peaks 6,11,16, `trainer.save_freq=2`): "
-          "A 1230.2 GPU-s, B [4,8] 1114.1 GPU-s = **91 %** (Ray's clock 935.2 / 1090.6 = 86 %), 284 of 432 steps "
-          "trained (66 %), 18 halved (12 at step 4, 6 at step 8), 9 SUCCEEDED, the best point SUCCEEDED, 5 of 6 "
-          "crossing points halved, a halved point trained 0-5 steps past its rung; each job held its GPU "
-          "1230.2 / 27 - 24 = 21.6 s beyond its 24 s of training (its start-up and end: 47 % of A's GPU-s)")
+BEFORE = ("before (the previous version of this section, 778ecf5: the same settings; a halved point waited for "
+          "its next save when a step had been trained past the rung, and its trainer stopped only once Ray's stop "
+          "reached it): [8,16] 55 %, [4,8,16] 51 %, [2,4,8,16] 51 % of the full grid's 1824.6 GPU-s (the model over "
+          "300 shuffles 57 %, 46 %, 39 %), a halved point's rung step -> its end 8.0, 8.7, 10.6 s (medians), 13-18 of "
+          "19-20 halved points stopped at once, the others at the next save; the best point SUCCEEDED in each")
 
 
 def peaks(steps: int, fractions: tuple[float, ...] = PEAK_FRACTIONS) -> tuple[int, ...]:
@@ -270,7 +270,9 @@ def timeline(v: dict[str, Any], seen: dict[Any, float], lines: list[str], step_s
                    to_rung=_d(first, steps.get(rung)),
                    rung_to_end=_d(steps.get(rung), fin), rung_to_freed=_d(steps.get(rung), freed), past=last - rung,
                    stop=("at once: nothing trained since the checkpoint" if why.startswith("nothing trained")
-                         else "at the next checkpoint" if why.startswith("checkpoint step") else why or "no watch line"))
+                         else "at once: the rung's checkpoint was there" if why.endswith("as asked)")
+                         else "at the first save at or past the rung" if why.startswith("checkpoint step")
+                         else why or "no watch line"))
     return out
 
 
@@ -493,9 +495,9 @@ against its measured start-up of {med('startup'):.1f} s and end of {med('after')
 {job:.1f} GPU-s each): start-up is {base['startup_s'] / base['gpu_s']:.0%} of the full grid's GPU-s (
 {CALIBRATION}), the end {base['after_s'] / base['gpu_s']:.0%} -- a
 larger share than verl's, so the fake still charges each stopped point more than a real one. {a.step_s:g} s steps make
-the stop's latency (the queue reads the metrics every second, the runner's watch looks every second) at most a step
-or two; `trainer.save_freq={a.save_freq}` divides every rung, so a point whose verdict reaches its runner before its next
-step stops at once (its checkpoint is the rung's). Rungs: [{bs[0]['rungs'] if bs else '-'}] are the first version's
+the stop's latency (the queue reads the metrics every second, the runner's watch looks for a request four times a
+second) under a step; `trainer.save_freq={a.save_freq}` divides every rung, and the queue's request names the rung, so a
+halved point stops at once at the rung's own checkpoint (the steps it trained past it are not waited for). Rungs: [{bs[0]['rungs'] if bs else '-'}] are the first version's
 [4,8] of 16 scaled (1/4 and 1/2 of the steps); the others are ladders shaped like the issue's [50,100,200]
 (each rung twice the one before: 1/8, 1/4, 1/2, and one more rung at 1/16), their last rung past the early peak.
 
@@ -548,9 +550,10 @@ the checkpoint watch's `stopping at checkpoint: ...` line in the job's log):
   trainer start -> first step). The end, last step -> the queue's end: the last save and the trainer's exit
   (natural: last step -> Ray's end; a halved point's stop through Ray's Jobs API: SIGTERM, the job's end),
   then the queue seeing Ray's end, reaping the job's leftovers on every node (Ray tasks) and writing the record.
-- A halved point's way out is the verdict (well under a second after the rung's step), at most a step or two
-  more (the watch sees the request within a second), then Ray's stop and the queue's settling: rung's step ->
-  end is several steps' worth of GPU time, against the previous version's 0-5 steps past the rung.
+- A halved point's way out is the verdict (well under a second after the rung's step), the watch seeing the
+  request (within a quarter second) and stopping at the rung's checkpoint: it SIGTERMs the trainer itself and
+  asks Ray's stop at the same time (the runner then waits for Ray's signal, so the job reads STOPPED), then the
+  queue's settling and reap.
 """
 
 

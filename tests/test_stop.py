@@ -6,6 +6,7 @@ with one line before anything is stopped. The checkpoint watch of the runner on 
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -327,3 +328,61 @@ def test_the_watch_stops_at_once_when_nothing_was_trained_since_the_last_checkpo
     wait_until(lambda: fired, 5, "the stop at once", every=0.05)
     w.close()
     assert fired == ["nothing trained since checkpoint step 10: nothing to lose"]
+
+
+def test_a_request_naming_a_step_takes_a_checkpoint_at_or_past_it_even_one_saved_before(tmp_path, monkeypatch):
+    """Successive halving names its rung: the rung's own checkpoint will do, though steps were
+    trained past it (a halved point's steps past the rung are not worth a wait for the next save);
+    without a checkpoint at or past that step yet, the watch waits for one."""
+    monkeypatch.setattr(checkpointwatch, "POLL_S", 0.05)
+    ckpt, run, metrics = tmp_path / "ckpt", tmp_path / "run", tmp_path / "metrics.1.jsonl"
+    ckpt.mkdir()
+    (ckpt / checkpointwatch.TRACKER).write_text("10")
+    metrics.write_text("".join(json.dumps({"step": s, "data": {}}) + "\n" for s in range(1, 12)))  # step 11 trained
+    fired: list[str] = []
+    w = checkpointwatch.CheckpointWatch(str(ckpt), run, "j", lambda _: None, fired.append, since=time.time() - 1,
+                                        metrics=metrics).start()
+    checkpointwatch.ask_stop(run, "j", 60, reason="halved at step 10", at_step=10)
+    wait_until(lambda: fired, 5, "the stop at the rung's checkpoint", every=0.05)
+    w.close()
+    assert fired == ["checkpoint step 10 saved (at or past step 10, as asked)"]
+
+    fired.clear()
+    lines: list[str] = []
+    w = checkpointwatch.CheckpointWatch(str(ckpt), run, "j", lines.append, fired.append, since=time.time() - 1,
+                                        metrics=metrics).start()
+    checkpointwatch.ask_stop(run, "j", 60, reason="halved at step 15", at_step=15)  # saves every 4: at 12, 16
+    wait_until(lambda: any(ln.startswith("halved at step 15: stopping once") for ln in lines), 5, "the request", every=0.05)
+    (ckpt / checkpointwatch.TRACKER).write_text("12")
+    time.sleep(0.3)
+    assert not fired  # a save before the step named: not it
+    (ckpt / checkpointwatch.TRACKER).write_text("16")
+    wait_until(lambda: fired, 5, "the stop at the first save past the step", every=0.05)
+    w.close()
+    assert fired == ["checkpoint step 16 saved"]
+
+
+def test_a_fired_stop_ends_the_trainer_at_once_and_the_runner_then_waits_for_rays_stop(tmp_path, monkeypatch):
+    """The watch's stop SIGTERMs the trainer itself (not once Ray's stop, an HTTP call, reaches it),
+    asks Ray's stop too, and the attempt says Ray's stop is due: the runner must not exit before it
+    (the job would read FAILED, not STOPPED). Waiting, the runner dies of Ray's SIGTERM at once."""
+    from rayjobs.oncluster import runner
+
+    monkeypatch.setattr(checkpointwatch, "POLL_S", 0.05)
+    asked: list[str] = []
+    monkeypatch.setattr(runner, "stop_own_job", lambda job_id: asked.append(job_id) or True)
+    ckpt, run = tmp_path / "ckpt", tmp_path / "run"
+    ckpt.mkdir()
+    (ckpt / checkpointwatch.TRACKER).write_text("4")
+    meta = {"job_submission_id": "j", "checkpoint_dir": str(ckpt), "run_dir": str(run)}
+    monkeypatch.setattr(runner, "STARTED_AT", time.time() - 1)
+    checkpointwatch.ask_stop(run, "j", 60, reason="halved at step 4", at_step=4)
+    t = time.monotonic()
+    att = runner.run_attempt([sys.executable, "-c", "import time; time.sleep(60)"], dict(os.environ), meta=meta)
+    assert time.monotonic() - t < 30  # the trainer's own 60 s were cut short
+    assert att.code == -15 and att.stopped and att.ray_stop_due and asked == ["j"]
+
+    waiting = subprocess.Popen([sys.executable, "-c", "from rayjobs.oncluster import runner; runner.await_ray_stop(60)"])
+    time.sleep(1.0)  # imported and waiting
+    waiting.terminate()
+    assert waiting.wait(timeout=30) == -15  # killed by the signal, not returned after its 60 s

@@ -87,12 +87,16 @@ def last_logged_step(metrics: Optional[Path]) -> Optional[int]:
     return None
 
 
-def ask_stop(run_dir: Path, job_id: str, timeout_s: float, reason: str = "", by: str = "") -> None:
+def ask_stop(run_dir: Path, job_id: str, timeout_s: float, reason: str = "", by: str = "",
+             at_step: Optional[int] = None) -> None:
     """Leave the request (a control job or the queue's preemption calls this on the cluster): stop
     after the next checkpoint; ``reason`` is said in the job's log ("preempted by X"); ``by``: the
-    job a preemption stops it for (what :func:`withdraw_stop` names)."""
+    job a preemption stops it for (what :func:`withdraw_stop` names); ``at_step``: a checkpoint at
+    or past this step will do, even one saved before the request was seen (successive halving: the
+    rung's own checkpoint holds everything its verdict was made on)."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    body = {"job_id": job_id, "asked_at": time.time(), "timeout_s": float(timeout_s), "reason": reason, "by": by}
+    body = {"job_id": job_id, "asked_at": time.time(), "timeout_s": float(timeout_s), "reason": reason, "by": by,
+            **({"at_step": int(at_step)} if at_step is not None else {})}
     write_atomic(run_dir / STOP_MARK, json.dumps(body).encode())
 
 
@@ -115,17 +119,19 @@ class CheckpointWatch:
     """A daemon thread for one attempt: logs new checkpoints, honours a stop-at-checkpoint request."""
 
     def __init__(self, checkpoint_dir: Optional[str], run_dir: Optional[Path], job_id: str,
-                 log: Callable[[str], None], on_stop: Callable[[str], None], since: float,
+                 log: Callable[[str], None], on_stop: Callable[[str], Optional[bool]], since: float,
                  on_asked: Optional[Callable[[], None]] = None, metrics: Optional[Path] = None) -> None:
         """``since``: when this job's runner started (a request made before it is stale);
         ``on_asked``: called once a request is seen (to get the stop ready: imports, a client);
         ``metrics``: this attempt's metrics file (its last step: has anything been trained since
-        the last checkpoint? If not, a stop loses nothing and happens at once)."""
+        the last checkpoint? If not, a stop loses nothing and happens at once). ``on_stop``'s
+        answer is kept as ``through_ray``: did the stop go through Ray's Jobs API?"""
         self.checkpoint_dir, self.run_dir, self.job_id, self.metrics = checkpoint_dir, run_dir, job_id, metrics
         self.log, self.on_stop, self.on_asked = log, on_stop, on_asked
         self.last = saved_step(checkpoint_dir)
         self.asked: Optional[tuple[float, Optional[int], float]] = None  #: (deadline, step then, timeout)
         self.fired = False
+        self.through_ray: Optional[bool] = None
         self.since = since
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rayjobs-checkpoints", daemon=True)
@@ -136,20 +142,22 @@ class CheckpointWatch:
         self._thread.start()
         return self
 
-    def close(self) -> None:
+    def close(self, wait_s: float = 5.0) -> None:
         """Stop watching, after one last look: the trainer's final save often lands within the last
-        poll before it exits, and unlogged it would be a checkpoint no view knows of."""
+        poll before it exits, and unlogged it would be a checkpoint no view knows of. ``wait_s``:
+        how long an ``on_stop`` under way may still take."""
         self._done.set()
         if self._thread.is_alive():
-            self._thread.join(timeout=5.0)  # wakes at once; an on_stop under way gets a moment
+            self._thread.join(timeout=wait_s)  # wakes at once unless an on_stop is under way
         step = saved_step(self.checkpoint_dir)
         if step is not None and step != self.last:
             self.last = step
             self.log(SAVED.format(step))
 
     def _run(self) -> None:
-        # once a stop is asked, look 5x as often: the steps run past the save are redone on resume
-        while not self._done.wait(POLL_S if self.asked is None else POLL_S / 5):
+        # a request is looked for 4x a second (a stat), and once one is seen 5x as often: the steps
+        # run past the save are redone on resume
+        while not self._done.wait(POLL_S / 4 if self.asked is None else POLL_S / 20):
             step = saved_step(self.checkpoint_dir)
             if step is not None and step != self.last:
                 self.last = step
@@ -181,14 +189,18 @@ class CheckpointWatch:
             if req is None:
                 return
             timeout = float(req.get("timeout_s") or 3600)
-            self.asked = (time.monotonic() + timeout, step, timeout)
+            at = req.get("at_step")
+            then = at - 1 if isinstance(at, int) else step  # it fires at a checkpoint past ``then``
+            self.asked = (time.monotonic() + timeout, then, timeout)
             since = f"the last one is step {step}" if step is not None else "none yet"
             why = str(req.get("reason") or "stop at checkpoint asked")
             self.log(f"{why}: stopping once the next checkpoint is saved ({since}; at most {timeout:g} s)")
             if self.on_asked is not None:
                 self.on_asked()
             trained = last_logged_step(self.metrics)
-            if step is not None and trained is not None and trained <= step:
+            if step is not None and then is not None and step > then:
+                self._fire(f"checkpoint step {step} saved (at or past step {then + 1}, as asked)")
+            elif step is not None and trained is not None and trained <= step:
                 self._fire(f"nothing trained since checkpoint step {step}: nothing to lose")
             return
         deadline, then, timeout = self.asked
@@ -205,4 +217,4 @@ class CheckpointWatch:
         if self.run_dir is not None:
             (self.run_dir / STOP_MARK).unlink(missing_ok=True)
         self.log(f"stopping at checkpoint: {reason}")
-        self.on_stop(reason)
+        self.through_ray = bool(self.on_stop(reason))

@@ -1,6 +1,7 @@
 """Carrying out successive halving (:func:`rayjobs.oncluster.scheduler.halve_at_rungs` decides):
 read the halved sweeps' runs' metrics, record each point's value at a rung, and halve a point --
-stop it at its next checkpoint, as a user's ``stop --at-checkpoint`` does, naming why.
+stop it at its first checkpoint at or past the rung (the rung's own, where ``trainer.save_freq``
+divides it: the steps it trained since are not worth waiting for), naming why.
 
 The values at rungs are kept in each job's record (``rungs``), so the ladder a later point is
 ranked on survives a restart of the queue; the metrics are re-read at most every ``READ_EVERY_S``.
@@ -71,8 +72,8 @@ class Rungs:
         r.rec = self.put(r.rec.with_(rungs=rungs, halved=halved, stop_asked=True))
         run_dir, ckpt = r.rec.meta.run_dir, r.rec.meta.checkpoint_dir
         if run_dir and ckpt:
-            ask_stop(Path(run_dir), r.id, r.req.preempt_wait_s, reason=v.text())
+            ask_stop(Path(run_dir), r.id, r.req.preempt_wait_s, reason=v.text(), at_step=v.rung)
         elif r.in_ray:
             self.stop(r.id)
         self.note("halved", f"{r.id}: {v.text()}")
-        log(f"{r.id} {v.text()}: stopping it at its next checkpoint; its GPUs go to the next point")
+        log(f"{r.id} {v.text()}: stopping it at its first checkpoint at or past step {v.rung}; its GPUs go to the next point")

@@ -105,8 +105,10 @@ def stop_own_job(job_id: str) -> bool:
     """Stop this job through Ray's Jobs API on the head (STOPPED, the head's grace period)."""
     if not job_id:
         return False
+    t = time.monotonic()
     try:
         head_client().stop(job_id)
+        log(f"Ray's stop asked ({time.monotonic() - t:.2f} s)")
         return True
     except Exception as e:  # noqa: BLE001
         log(f"could not stop this job through Ray ({type(e).__name__}: {e}); stopping its trainer instead")
@@ -117,9 +119,14 @@ def watch_checkpoints(meta: dict[str, Any], proc: subprocess.Popen, metrics: Opt
     """The attempt's checkpoint watch (:mod:`rayjobs.oncluster.checkpointwatch`), started."""
     job_id = str(meta.get("job_submission_id") or "")
 
-    def stop(_reason: str) -> None:
-        if not stop_own_job(job_id):
+    def stop(_reason: str) -> bool:
+        # the trainer stops now, not once Ray's stop (an HTTP call, slow on a loaded head) reaches it;
+        # Ray's stop makes the job STOPPED and ends whatever else its process tree holds
+        try:
             proc.send_signal(signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        return stop_own_job(job_id)
 
     run_dir = Path(meta["run_dir"]) if meta.get("run_dir") else None
     def ready() -> None:
@@ -137,10 +144,24 @@ def watch_checkpoints(meta: dict[str, Any], proc: subprocess.Popen, metrics: Opt
 
 
 class Attempt:
-    """One run of the trainer: its exit code, and whether this job was being stopped."""
+    """One run of the trainer: its exit code, whether this job was being stopped, and whether
+    Ray's stop was asked but has not reached this runner yet (it must not exit before: the job
+    would read FAILED or SUCCEEDED, not STOPPED)."""
 
-    def __init__(self, code: int, stopped: bool) -> None:
-        self.code, self.stopped = code, stopped
+    def __init__(self, code: int, stopped: bool, ray_stop_due: bool = False) -> None:
+        self.code, self.stopped, self.ray_stop_due = code, stopped, ray_stop_due
+
+
+#: How long a runner whose checkpoint watch asked Ray's stop waits for it (Ray's signal ends it).
+RAY_STOP_WAIT_S = 30.0
+
+
+def await_ray_stop(max_s: float = RAY_STOP_WAIT_S) -> None:
+    """Wait for Ray's stop to end this process (SIGTERM, its default action); bounded."""
+    deadline = time.monotonic() + max_s
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+    log(f"Ray's stop did not reach this runner within {max_s:g} s; it exits on its own")
 
 
 def run_attempt(cmd: list[str], env: dict[str, str], cwd: Optional[str] = None,
@@ -183,10 +204,11 @@ def run_attempt(cmd: list[str], env: dict[str, str], cwd: Optional[str] = None,
         code = proc.wait()
     finally:
         if watch is not None:
-            watch.close()
+            watch.close(wait_s=60.0 if watch.fired else 5.0)  # a fired stop: its call to Ray finishes first
         for s, h in old.items():
             signal.signal(s, h)
-    return Attempt(code, bool(stopped) or bool(watch is not None and watch.fired))
+    fired = watch is not None and watch.fired
+    return Attempt(code, bool(stopped) or fired, fired and bool(watch.through_ray) and not stopped)  # type: ignore[union-attr]
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -301,6 +323,8 @@ def run_attempts(argv: list[str], meta: dict[str, Any], base_env: dict[str, str]
         att = run_attempt(cmd, env, workdir, meta)
         log(f"attempt finished with exit code {att.code} after {time.monotonic() - started:.1f} s at {stamp()}")
         if att.stopped:
+            if att.ray_stop_due:
+                await_ray_stop()
             return exit_code(att.code)
         metrics = Path(env["VERL_FILE_LOGGER_PATH"]) if "VERL_FILE_LOGGER_PATH" in env else None
         cause = judge(att.code, attemptlog.read_attempt(driver_log, log_start, metrics), start_ckpt, meta, argv)
