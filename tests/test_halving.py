@@ -82,6 +82,25 @@ def test_a_point_that_failed_before_a_rung_is_not_counted_and_a_resumed_or_stopp
     assert not decide(st2, cluster(node("n0", 4)), Policy(), NOW).of(Rung)  # its user chose to go on
 
 
+def test_a_halved_point_is_asked_to_stop_at_its_rungs_checkpoint(tmp_path) -> None:
+    """The queue's request names the rung: the runner's watch then takes the rung's own checkpoint,
+    though steps were trained past it (:mod:`rayjobs.oncluster.checkpointwatch`)."""
+    import json
+
+    from rayjobs.contract.paths import STOP_REQUEST
+    from rayjobs.oncluster.rungs import Rungs
+
+    st = _state(_point("s-0", {2: {"score": 0.9}}, storage=str(tmp_path)),
+                _point("s-1", {2: {"score": 0.5}, 3: {"score": 0.6}}, storage=str(tmp_path)))
+    rungs, stopped = Rungs(lambda rec: rec, lambda job_id: stopped.append(job_id)), []
+    for a in decide(st, cluster(node("n0", 4)), Policy(), NOW).of(Rung):
+        rungs.at_rung(st, st.running[a.id], a.verdict, NOW)
+    req = json.loads((tmp_path / "runs" / "p" / "s-1" / STOP_REQUEST).read_text())
+    assert (req["job_id"], req["at_step"], req["reason"]) == ("s-1", 2, "halved at step 2: 0.5, rank 2 of 2")
+    assert not (tmp_path / "runs" / "p" / "s-0" / STOP_REQUEST).exists() and not stopped
+    assert st.running["s-1"].rec.halved["rung"] == 2 and st.running["s-1"].stop_asked
+
+
 def test_a_sweep_without_halving_is_never_judged() -> None:
     st = state(running("s-0", [1], sweep="s"))
     st.running["s-0"].history = {10: {"score": 0.0}}
