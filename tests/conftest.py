@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -62,6 +63,49 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
     for item in items:
         if CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ())) or item.get_closest_marker("slow"):
             item.add_marker(pytest.mark.cluster)
+    # The longest files first (xdist hands the two test processes whole files in this order, with
+    # --no-loadscope-reorder): a long file dealt last kept one process busy minutes after the other.
+    measured = _file_seconds()
+    guessed: dict[str, dict[str, float]] = {}
+    for item in items:
+        guessed.setdefault(item.location[0], {})[getattr(item, "originalname", item.name)] = guessed_seconds(item)
+    weight = {f: measured.get(f, sum(g.values())) for f, g in guessed.items()}
+    items.sort(key=lambda item: -weight[item.location[0]])  # stable: each file's own order is kept
+
+
+def guessed_seconds(item: Any) -> float:
+    """A rough duration of a test (a parametrized one counted once), from what it starts: a fresh
+    cluster, extra nodes, a shared cluster; for a file not in :data:`FILE_SECONDS`."""
+    names = set(getattr(item, "fixturenames", ()))
+    if "fresh_clusters" in names:
+        return 60.0
+    if item.get_closest_marker("slow"):
+        return 30.0
+    return 15.0 if item.get_closest_marker("cluster") else 0.2
+
+
+#: Each test file's seconds in a run of the suite (``RAYJOBS_WRITE_FILE_SECONDS=1`` rewrites it).
+FILE_SECONDS = REPO / "tests" / "file_seconds.json"
+_SPENT: dict[str, float] = {}
+
+
+def _file_seconds() -> dict[str, float]:
+    try:
+        return {str(k): float(v) for k, v in json.loads(FILE_SECONDS.read_text()).items()}
+    except (OSError, ValueError, AttributeError):
+        return {}
+
+
+def pytest_runtest_logreport(report: Any) -> None:
+    if os.environ.get("RAYJOBS_WRITE_FILE_SECONDS") == "1":
+        f = report.nodeid.split("::", 1)[0]
+        _SPENT[f] = _SPENT.get(f, 0.0) + float(report.duration)
+
+
+def pytest_sessionfinish(session: Any, exitstatus: int) -> None:
+    # in the controlling process only (xdist's workers report their tests to it)
+    if _SPENT and not hasattr(session.config, "workerinput"):
+        FILE_SECONDS.write_text(json.dumps({f: round(s, 1) for f, s in sorted(_SPENT.items())}, indent=0) + "\n")
 
 
 def pytest_collection_finish(session: Any) -> None:

@@ -213,12 +213,12 @@ def test_a_start_whose_agent_cannot_listen_fails_in_one_line(home):
 
 
 @pytest.mark.cluster
-def test_stop_start_submit_three_times_in_a_row_each_succeed(home, workdir):
+def test_stop_start_submit_twice_in_a_row_each_succeed(home, workdir):
     # It once failed on the second round: "the jobs were queued on the cluster, but its queue has not
     # shown 1 of them within 30 s", the previous Ray session's queue file taken for the live queue.
     env = {"RAYJOBS_HOME": str(home)}
     sessions: list[str] = []
-    for k in range(3):
+    for k in range(2):
         stop = rayjobs_cli("local", "stop", env=env, timeout=60)
         assert stop.returncode == 0, (k, stop.stderr)
         start = rayjobs_cli("local", "start", env=env)

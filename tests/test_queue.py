@@ -119,10 +119,15 @@ def test_two_node_job_is_not_starved_by_one_gpu_jobs(gpu_cluster, gclient, workd
     # backfill only, a 1-GPU job would take every GPU that frees and the 2-node job would wait for
     # the whole stream. Policy: backfill only while it has waited < BACKFILL_S, then hold the rest.
     one_gpu = ("trainer.nnodes=1", "trainer.n_gpus_per_node=1", "+fake.steps=1")
-    fillers = [submit(gpu_cluster, *one_gpu, "+fake.hold_s=40") for _ in range(3)]  # (past the guard, under load)
+    fillers = [submit(gpu_cluster, *one_gpu, "+fake.hold_s=600") for _ in range(3)]  # (stopped below)
     wait_until(lambda: all(admitted_at(gclient, f) for f in fillers), 90, "the fillers to start")
     big = submit(gpu_cluster, *WHOLE_CLUSTER, "+fake.steps=1")
     stream = [submit(gpu_cluster, *one_gpu, "+fake.hold_s=5") for _ in range(6)]
+    # the guard trips while the fillers still hold their GPUs; then they are stopped
+    wait_until(lambda: any("no backfill" in str(v.get("message")) for v in gpu_cluster.queue().jobs(status=["QUEUED"])),
+               120, "the starvation guard to hold the stream")
+    r = cli_on(gpu_cluster, "stop", *fillers)
+    assert r.returncode == 0, r.stderr
     assert wait_done(gpu_cluster, big, timeout=240) == "SUCCEEDED", log_of(gpu_cluster, big)[-1500:]
     for s in stream:
         assert wait_done(gpu_cluster, s, timeout=240) == "SUCCEEDED", log_of(gpu_cluster, s)[-1500:]
