@@ -260,3 +260,6 @@ class Clusters:
         for c in [*self.shared.values(), *self.fresh]:
             c.stop(hard=True)
         shutil.rmtree(self.root, ignore_errors=True)
+        if os.environ.get("RAYJOBS_CLUSTER_STATS"):  # how many clusters this test process started
+            with open(os.environ["RAYJOBS_CLUSTER_STATS"], "a") as f:
+                f.write(f"{os.getpid()} started {self._n} clusters, shared at most {self.MAX_SHARED} at once\n")
