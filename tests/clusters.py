@@ -215,31 +215,42 @@ class FakeGpuCluster:
 
 
 class Clusters:
-    """The session's clusters: one per shape and head settings, shared; ``fresh`` ones are the test's."""
+    """The session's clusters: one per shape and head settings, shared; ``fresh`` ones are the test's.
 
-    #: Shared clusters kept alive at once (the least recently used one is stopped beyond it: each
-    #: idle Ray cluster costs a few % of a core and ~1 GB).
+    A shared cluster that only one test file has asked for (its own shape or head settings) is
+    stopped when that file ends (:meth:`file_done`): no later file asks for it, and an idle Ray
+    cluster costs ~12 % of a core and ~1 GB. The ``common`` ones (the conftest's ``one_node``)
+    stay for the session, at most :attr:`MAX_SHARED` of all kinds at once.
+    """
+
+    #: Shared clusters kept alive at once (the least recently used one is stopped beyond it).
     MAX_SHARED = 3
 
     def __init__(self) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="rjc", dir="/tmp"))
         self.shared: dict[Any, FakeGpuCluster] = {}
         self.fresh: list[FakeGpuCluster] = []
+        self.users: dict[Any, set[str]] = {}  #: shared key -> the test files that asked for it
+        self.common: set[Any] = set()
         self._n = 0
 
     def get(self, nodes: Sequence[tuple[int, int]] = ((2, 6),), env: Optional[dict[str, str]] = None, *,
-            fresh: bool = False, start: bool = True) -> FakeGpuCluster:
+            fresh: bool = False, start: bool = True, common: bool = False) -> FakeGpuCluster:
         """A cluster of ``nodes`` with the head settings ``env``: the session's shared one (settled:
         nothing of an earlier test waits or runs), or a ``fresh`` one this call starts (the fixture
-        stops it; ``start`` False leaves that to the test)."""
+        stops it; ``start`` False leaves that to the test). ``common``: many files share it, kept
+        past the end of the file that asked."""
         key = (tuple(map(tuple, nodes)), tuple(sorted((env or {}).items())))
+        if not fresh:
+            self.users.setdefault(key, set()).add(_current_file())
+            if common:
+                self.common.add(key)
         if not fresh and key in self.shared:
             c = self.shared.pop(key)
             self.shared[key] = c  # the most recently used last
             c.settle()
             return c
         self._n += 1
-        # every node a range of 1,000 worker ports of its own: 3,000 per cluster (at most 3 nodes)
         # Worker ports below the kernel's ephemeral range (32768+), where free_port's ports come from.
         c = FakeGpuCluster(self.root / f"c{self._n}", nodes, env, worker_port_base=10000 + (self._n % 18) * 4 * WORKER_PORTS)
         if fresh:
@@ -250,6 +261,11 @@ class Clusters:
             self.shared.pop(old).stop(hard=True)
         self.shared[key] = c
         return c.start()
+
+    def file_done(self, path: str) -> None:
+        """The test file ``path`` ended: stop the shared clusters no other file has asked for."""
+        for key in [k for k in self.shared if k not in self.common and self.users.get(k) == {path}]:
+            self.shared.pop(key).stop(hard=True)
 
     def stop_fresh(self) -> None:
         """Stop the fresh clusters (at the end of the test that asked for them)."""
@@ -263,3 +279,8 @@ class Clusters:
         if os.environ.get("RAYJOBS_CLUSTER_STATS"):  # how many clusters this test process started
             with open(os.environ["RAYJOBS_CLUSTER_STATS"], "a") as f:
                 f.write(f"{os.getpid()} started {self._n} clusters, shared at most {self.MAX_SHARED} at once\n")
+
+
+def _current_file() -> str:
+    """The test file running now (pytest's ``PYTEST_CURRENT_TEST``: ``tests/x.py::test (setup)``)."""
+    return os.environ.get("PYTEST_CURRENT_TEST", "").split("::", 1)[0]

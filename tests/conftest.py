@@ -133,12 +133,24 @@ def cluster() -> Any:
     return embedded.ensure(quiet=True)
 
 
+_FACTORY: list[Clusters] = []  #: the session's factory, once a test asked for it
+
+
 @pytest.fixture(scope="session")
 def clusters() -> Any:
     """The one factory of fake-GPU clusters (:class:`clusters.Clusters`), shared by the session."""
     factory = Clusters()
+    _FACTORY.append(factory)
     yield factory
     factory.close()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _file_clusters(request: Any) -> Any:
+    """At the end of each test file, the shared clusters only it asked for are stopped."""
+    yield
+    for factory in _FACTORY:
+        factory.file_done(request.node.nodeid.split("::", 1)[0])
 
 
 @pytest.fixture
@@ -151,13 +163,13 @@ def fresh_clusters(clusters: Any) -> Any:
 @pytest.fixture
 def one_node(clusters: Any) -> FakeGpuCluster:
     """The session's 1-node fake cluster (2 GPUs, 6 CPUs), settled: nothing of an earlier test runs."""
-    return clusters.get(((2, 6),))
+    return clusters.get(((2, 6),), common=True)
 
 
 @pytest.fixture
 def two_nodes(clusters: Any) -> FakeGpuCluster:
     """The session's 2-node fake cluster (2 GPUs, 6 CPUs each), settled."""
-    return clusters.get(((2, 6), (2, 6)))
+    return clusters.get(((2, 6), (2, 6)), common=True)
 
 
 @pytest.fixture(scope="session")
