@@ -29,6 +29,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 import netns  # noqa: E402
+import units  # noqa: E402
 from clusters import Clusters, FakeGpuCluster  # noqa: E402,F401
 
 #: The fixtures that start or use a real Ray cluster: a test asking for one is in the ``cluster`` tier.
@@ -44,6 +45,8 @@ def pytest_configure(config: Any) -> None:
     global _ENTERED
     os.environ["RAYJOBS_HOME"] = str(_ROOT / "rj")
     os.environ["HOME"] = str(_ROOT / "home")
+    if not hasattr(config, "workerinput"):  # the controlling process: its test processes inherit it
+        os.environ[units.MAP_ENV] = str(_ROOT / "units.json")
     (_ROOT / "home").mkdir(exist_ok=True)
     from rayjobs.settingsources import KEYS, env_var
 
@@ -63,14 +66,23 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
     for item in items:
         if CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ())) or item.get_closest_marker("slow"):
             item.add_marker(pytest.mark.cluster)
-    # The longest files first (xdist hands the two test processes whole files in this order, with
-    # --no-loadscope-reorder): a long file dealt last kept one process busy minutes after the other.
+    # Units of files to a test process (tests/units.py), the longest first: xdist deals them in
+    # this order (--no-loadscope-reorder); a long one dealt last kept one process busy alone.
+    unit = units.units_of(items)
+    units.publish(unit)
     measured = _file_seconds()
     guessed: dict[str, dict[str, float]] = {}
     for item in items:
         guessed.setdefault(item.location[0], {})[getattr(item, "originalname", item.name)] = guessed_seconds(item)
-    weight = {f: measured.get(f, sum(g.values())) for f, g in guessed.items()}
-    items.sort(key=lambda item: -weight[item.location[0]])  # stable: each file's own order is kept
+    weight: dict[str, float] = {}
+    for f, g in guessed.items():
+        weight[unit[f]] = weight.get(unit[f], 0.0) + measured.get(f, sum(g.values()))
+    items.sort(key=lambda item: (-weight[unit[item.location[0]]], unit[item.location[0]]))  # stable
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)  # an xdist hook
+def pytest_xdist_make_scheduler(config: Any, log: Any) -> Any:
+    return units.make_scheduler(config, log)
 
 
 def guessed_seconds(item: Any) -> float:
