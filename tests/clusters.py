@@ -219,8 +219,9 @@ class Clusters:
 
     A shared cluster that only one test file has asked for (its own shape or head settings) is
     stopped when that file ends (:meth:`file_done`): no later file asks for it, and an idle Ray
-    cluster costs ~12 % of a core and ~1 GB. The ``common`` ones (the conftest's ``one_node``)
-    stay for the session, at most :attr:`MAX_SHARED` of all kinds at once.
+    cluster costs ~12 % of a core and ~1 GB. The ``common`` ones (the conftest's ``one_node``) stay
+    until every file that uses them has ended (:meth:`common_done`: the test process runs those
+    files as one unit), at most :attr:`MAX_SHARED` of all kinds at once.
     """
 
     #: Shared clusters kept alive at once (the least recently used one is stopped beyond it).
@@ -265,6 +266,11 @@ class Clusters:
     def file_done(self, path: str) -> None:
         """The test file ``path`` ended: stop the shared clusters no other file has asked for."""
         for key in [k for k in self.shared if k not in self.common and self.users.get(k) == {path}]:
+            self.shared.pop(key).stop(hard=True)
+
+    def common_done(self) -> None:
+        """Every file that shares the common clusters has ended (its unit, ``tests/units.py``): stop them."""
+        for key in [k for k in self.shared if k in self.common]:
             self.shared.pop(key).stop(hard=True)
 
     def stop_fresh(self) -> None:
