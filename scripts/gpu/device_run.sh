@@ -9,7 +9,8 @@
 #       followed; the phase table of the first and the next job, scripts/gpu/phases.py; knobs
 #       RESTART_HEAD=1 (a fresh head), COLD=1 (no compile caches of an earlier call), TAG,
 #       JOBS (labels of this call's jobs, default "first next"), PHASES (the logs of the table),
-#       ARGS_<label> (that job's own overrides)),
+#       ARGS_<label> (that job's own overrides), PRESET (default gpu_tiny_grpo; gpu_tiny_multiturn
+#       makes its tool-use model first, the 57 s SFT, before the first job)),
 #       rayjobs, plain, setup (install + model/data + head only).
 # Unpacks the bundle, makes the tiny model and data, starts rayjobs' embedded Ray head on
 # 127.0.0.1 (token auth) with the environment of scripts/gpu/env.sh, then runs the tiny GRPO run.
@@ -41,6 +42,9 @@ nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
 
 mark "model + data"
 [ -f $STORAGE/models/tiny-qwen2/config.json ] || python3 scripts/gpu/make_tiny.py $STORAGE 2>&1 | grep -v Writing
+if [ "${PRESET:-}" = gpu_tiny_multiturn ] && [ ! -f $STORAGE/models/tiny-qwen2-tools/config.json ]; then
+  python3 scripts/gpu/make_tiny.py $STORAGE --tools 2>&1 | grep -v Writing
+fi
 
 if [ "${RESTART_HEAD:-0}" = 1 ]; then   # a fresh head for this call (startup mode: the first job on it)
   mark "stop the head of the earlier call"
@@ -103,6 +107,7 @@ if [ "$MODE" = startup ]; then   # issue 33 (docs/gpu-e2e.md §10, §12): the FI
   NC=${RAYJOBS_NODE_CACHE:-/tmp/rayjobs-cache-$(id -u)}
   TAG=${TAG:-}
   JOBS=${JOBS:-first next}
+  PRESET=${PRESET:-gpu_tiny_grpo}
   caches() {
     for d in $NC/* ~/.cache/vllm ~/.triton/cache /tmp/torchinductor_$(id -un) ~/.nv/ComputeCache ~/.cache/torch_extensions; do
       [ -e "$d" ] && echo "  $d: $(du -sh $d 2>/dev/null | cut -f1) in $(find $d -type f 2>/dev/null | wc -l) files"
@@ -119,10 +124,10 @@ if [ "$MODE" = startup ]; then   # issue 33 (docs/gpu-e2e.md §10, §12): the FI
   for label in $JOBS; do
     # a warm next job needs ~215 s (submit to exit); a first one ~290 s: with LIMIT=585 both fit one call
     n=$(( n - 1 )); T=$(( $(left) - 12 - 220 * n ))   # leave each job after this one >=220 s
-    mark "$label job: +exp=gpu_tiny_grpo, 1 step, followed (timeout ${T}s)"
+    mark "$label job: +exp=$PRESET, 1 step, followed (timeout ${T}s)"
     xa="ARGS_${label//-/_}"; eval "XA=(${!xa:-})"   # ARGS_<label>: this job's own overrides (shell words)
     touch $W/submit-$label$TAG; ta=$(date +%s.%N)
-    timeout $T python3 -m rayjobs.submit +exp=gpu_tiny_grpo rayjobs.follow=true rayjobs.preflight=false \
+    timeout $T python3 -m rayjobs.submit +exp=$PRESET rayjobs.follow=true rayjobs.preflight=false \
       trainer.total_training_steps=1 trainer.save_freq=-1 "$@" "${XA[@]}" 2>&1 | python3 -u scripts/gpu/summarize.py --epoch > $W/$label$TAG.log
     rc=${PIPESTATUS[0]}; tb=$(date +%s.%N)
     JOB=$(python3 -c "import json; print(json.loads(open('$RAYJOBS_HOME/ledger.jsonl').read().splitlines()[-1])['id'])" 2>/dev/null)
