@@ -1,8 +1,8 @@
-"""How the suite is dealt to its two test processes (pytest-xdist): in units of whole files.
+"""How the suite is dealt to its test processes (pytest-xdist, three: pyproject.toml): in units of whole files.
 
 A unit is one test file, or all the files that use one of the session's long-lived heads (the
 embedded head, the shared 1-node fake-GPU cluster): so each such head runs in one test process, not
-in both (an idle Ray head costs ~12 % of a core and ~1 GB, and its start ~11 s of CPU). The units go
+in several (an idle Ray head costs ~12 % of a core and ~1 GB, and its start ~11 s of CPU). The units go
 the longest first (``tests/file_seconds.json``): a long one dealt last keeps one process busy alone.
 
 The test processes collect the tests and know their fixtures; the controlling process, which deals
