@@ -265,12 +265,14 @@ class Clusters:
 
     def file_done(self, path: str) -> None:
         """The test file ``path`` ended: stop the shared clusters no other file has asked for."""
-        for key in [k for k in self.shared if k not in self.common and self.users.get(k) == {path}]:
-            self.shared.pop(key).stop(hard=True)
+        self._stop_shared(lambda k: k not in self.common and self.users.get(k) == {path})
 
     def common_done(self) -> None:
         """Every file that shares the common clusters has ended (its unit, ``tests/units.py``): stop them."""
-        for key in [k for k in self.shared if k in self.common]:
+        self._stop_shared(lambda k: k in self.common)
+
+    def _stop_shared(self, which: Any) -> None:
+        for key in [k for k in self.shared if which(k)]:
             self.shared.pop(key).stop(hard=True)
 
     def stop_fresh(self) -> None:

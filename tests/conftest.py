@@ -88,15 +88,16 @@ _UNIT: dict[str, str] = {}  #: test file -> its unit (tests/units.py)
 def pytest_runtest_teardown(item: Any, nextitem: Any) -> None:
     """At the end of a unit of files, the long-lived head they shared is stopped: no file this test
     process runs later uses it (an idle head costs ~12 % of a core)."""
-    unit = _UNIT.get(item.location[0])
+    unit = _UNIT.get(item.location[0], "")
     if nextitem is None or unit == _UNIT.get(nextitem.location[0]):
         return
-    if unit == "embedded":
+    heads = units.heads_of(unit)
+    if "embedded" in heads:
         from rayjobs.client import embedded
 
         embedded.stop()
-    for factory in _FACTORY:
-        if unit in ("one_node", "two_nodes"):
+    if heads & {"one_node", "two_nodes"}:
+        for factory in _FACTORY:
             factory.common_done()
 
 

@@ -34,13 +34,24 @@ def shared_head(item: Any) -> Optional[str]:
 
 
 def units_of(items: list[Any]) -> dict[str, str]:
-    """Each test file's unit: the head its tests share, else the file itself."""
-    unit = {item.location[0]: item.location[0] for item in items}
+    """Each test file's unit: the head its tests share, else the file itself. A file that uses two
+    heads joins their units into one (named ``embedded+one_node``): each head still lives in one
+    test process, and a unit's end may stop all of its heads (:func:`heads_of`)."""
+    used: dict[str, set[str]] = {}
     for item in items:
         head = shared_head(item)
-        if head:
-            unit[item.location[0]] = head
-    return unit
+        used.setdefault(item.location[0], set()).update([head] if head else [])
+    joined = {h: {h} for hs in used.values() for h in hs}  # head -> the heads of its unit
+    for hs in used.values():
+        together = set().union(*(joined[h] for h in hs))
+        for h in together:
+            joined[h] = together
+    return {f: "+".join(sorted(joined[min(hs)])) if hs else f for f, hs in used.items()}
+
+
+def heads_of(unit: str) -> set[str]:
+    """The long-lived heads a unit shares (none for a unit of one file)."""
+    return set(unit.split("+")) & {"embedded", "one_node", "two_nodes"}
 
 
 def publish(unit: dict[str, str]) -> None:
