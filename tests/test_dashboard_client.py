@@ -14,7 +14,7 @@ import pytest
 
 from rayjobs.client.dashboard import Dashboard, DashboardDown
 from rayjobs.contract.target import Target
-from rayjobs.errors import ClusterUnreachable, JobNotFound
+from rayjobs.errors import ClusterUnreachable, JobNotFound, SubmitError
 
 TOKEN = "s3cret"
 
@@ -25,13 +25,18 @@ def dashboard_url() -> Iterator[str]:
         protocol_version = "HTTP/1.1"  # keep-alive, as Ray's aiohttp dashboard
 
         def do_GET(self) -> None:  # noqa: N802
-            job = self.path.rsplit("/", 1)[-1]
+            parts = self.path.split("/")  # /api/jobs/ID, /api/jobs/ID/logs
+            job = parts[3] if len(parts) > 4 else parts[-1]
             if self.headers.get("Authorization") != f"Bearer {TOKEN}":
                 code, body = 403, b"refused"
             elif job == "bad":
                 code, body = 200, b"not json"
             elif job.startswith("busy"):
                 code, body = 503, b"try again"
+            elif job.startswith("j") and self.path.endswith("/logs"):
+                code, body = 200, json.dumps({"logs": f"step:1 of {job}\n"}).encode()
+            elif job.startswith("j") and self.path.endswith("/stop"):
+                code, body = 200, json.dumps({"stopped": job == "j-live"}).encode()
             elif job.startswith("j"):
                 code, body = 200, json.dumps({"submission_id": job, "status": "RUNNING"}).encode()
             else:
@@ -40,6 +45,10 @@ def dashboard_url() -> Iterator[str]:
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
+
+        def do_POST(self) -> None:  # noqa: N802 (only Ray's stop is POSTed)
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.do_GET() if self.path.endswith("/stop") else self.send_error(405)
 
         def log_message(self, *args: Any) -> None:
             pass
@@ -69,6 +78,21 @@ def test_a_job_poll_answers_and_fails_the_same_either_way(dashboard_url, direct)
         Dashboard(Target(dashboard_url, "test", "wrong"), direct=direct).job("j1")
     with pytest.raises(DashboardDown, match="did not answer"):
         Dashboard(Target("http://127.0.0.1:1", "test", TOKEN), timeout=2.0, direct=direct).job("j1")
+
+
+def test_stop_and_the_whole_log_go_through_the_jobs_rest_api(dashboard_url):
+    """What a laptop command reads and stops goes through the dashboard's REST API (the calls the
+    SDK makes), so the command need not import Ray's SDK; Ray's answers become rayjobs' errors."""
+    d = Dashboard(Target(dashboard_url, "test", TOKEN), timeout=5.0)
+    assert d.stop("j-live") is True and d.stop("j-done") is False
+    assert d.logs("j7") == "step:1 of j7\n"
+    for call in (d.stop, d.logs):
+        with pytest.raises(JobNotFound, match="no job 'x1'"):
+            call("x1")
+        with pytest.raises(ClusterUnreachable, match="refused"):
+            getattr(Dashboard(Target(dashboard_url, "test", "wrong")), call.__name__)("j1")
+    with pytest.raises(SubmitError, match="could not stop j1: the dashboard .* did not answer"):
+        Dashboard(Target("http://127.0.0.1:1", "test", TOKEN), timeout=2.0).stop("j1")
 
 
 def test_the_queue_takes_only_rays_no_such_job_for_a_lost_job(dashboard_url):

@@ -108,7 +108,7 @@ def _redo_lines(d: "Dashboard", ids: Sequence[str], at_checkpoint: bool) -> list
 
     def one(job_id: str) -> Optional[str]:
         try:
-            job = d.info(job_id)
+            job = d.job(job_id)
             row = jobrows.add_progress(jobrows.base_row(job), job, d, lines=2000)
         except RayjobsError:
             return None
@@ -128,12 +128,14 @@ def _redo_lines(d: "Dashboard", ids: Sequence[str], at_checkpoint: bool) -> list
 
 def _wait_terminal(d: "Dashboard", ids: Sequence[str], queued: set[str], status: dict[str, str], wait: float) -> None:
     """Poll (bounded by ``wait`` seconds) until every job of ``ids`` has ended; ``status`` updated."""
+    from rayjobs.views.jobfields import status_of
+
     deadline = time.monotonic() + max(0.0, wait)
     pending = set(ids)
     while pending and time.monotonic() < deadline:
         for i in list(pending):
             try:
-                got = d.queue.job(i) if i in queued else {"status": str(d.info(i).status).split(".")[-1]}
+                got = d.queue.job(i) if i in queued else {"status": status_of(d.job(i))}
             except RayjobsError:
                 continue
             status[i] = str((got or {}).get("status") or status.get(i))

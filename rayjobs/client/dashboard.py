@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Optional
 from rayjobs.contract import ids as idres
 from rayjobs.contract.target import Target
 from rayjobs.errors import (ClusterUnreachable, ConfigError, JobNotFound, NoSuchJob, RayjobsError, SubmitError,
-                             says_no_such_job, short_reason)
+                             short_reason)
 from rayjobs.shared import ROLE_KEY
 
 if TYPE_CHECKING:  # the SDK's types, for annotations only (importing Ray costs ~0.4 s)
-    from ray.job_submission import JobDetails, JobSubmissionClient
+    from ray.job_submission import JobSubmissionClient
 
 #: The dashboard's log API: a job's driver log, or any file of a node's log dir.
 LOG_FILE = "/api/v0/logs/file"
@@ -170,17 +170,6 @@ class Dashboard:
                                   "(rayjobs.excludes or .gitignore)") from e
             raise SubmitError(f"the cluster refused the job: {msg[:300]}") from e
 
-    def info(self, job_id: str) -> "JobDetails":
-        """A job's details (``JobDetails``) by its full id; :class:`JobNotFound` if the cluster has none."""
-        try:
-            return self.sdk.get_job_info(job_id)
-        except RayjobsError:
-            raise
-        except Exception as e:
-            if says_no_such_job(e):
-                raise JobNotFound(f"no job {job_id!r} on the cluster; `rayjobs list` shows the ids") from e
-            raise SubmitError(f"could not read job {job_id}: {_one_line(e)}") from e
-
     def list_jobs(self, *, include_own: bool = False) -> list[dict[str, Any]]:
         """Every job on the cluster as dicts (``GET /api/jobs/``; Ray has no filter; callers filter),
         less rayjobs' own small jobs unless ``include_own``.
@@ -204,18 +193,42 @@ class Dashboard:
         return [j for j in found if isinstance(j, dict) and (include_own or ROLE_KEY not in (j.get("metadata") or {}))]
 
     def logs(self, job_id: str) -> str:
-        """A job's whole driver log, through the Jobs API."""
+        """A job's whole driver log (``GET /api/jobs/ID/logs``, the Jobs REST API the SDK's
+        ``get_job_logs`` calls: a command that only reads need not import Ray's SDK)."""
+        r = self.get(f"/api/jobs/{job_id}/logs", read_timeout=60.0)
+        if r.status_code == 404:
+            raise JobNotFound(f"no job {job_id!r} on the cluster; `rayjobs list` shows the ids")
         try:
-            return self.sdk.get_job_logs(job_id)
-        except Exception as e:
-            raise SubmitError(f"could not read the log of {job_id}: {_one_line(e)}") from e
+            if r.status_code == 200:
+                return str(r.json().get("logs") or "")
+        except ValueError:
+            pass
+        raise SubmitError(f"could not read the log of {job_id}: HTTP {r.status_code}")
 
     def stop(self, job_id: str) -> bool:
-        """Ask Ray to stop a job; True if it was still running."""
+        """Ask Ray to stop a job (``POST /api/jobs/ID/stop``, what the SDK's ``stop_job`` sends);
+        True if it was still running.
+
+        Raises:
+            JobNotFound: the cluster has no such job.
+            SubmitError: Ray answered anything else.
+        """
         try:
-            return bool(self.sdk.stop_job(job_id))
-        except Exception as e:
-            raise SubmitError(f"could not stop {job_id}: {_one_line(e)}") from e
+            r = self._session().post(f"{self.address}/api/jobs/{job_id}/stop", headers=self.headers,
+                                     timeout=(5.0, self.timeout))
+        except self._requests.RequestException as e:
+            raise SubmitError(f"could not stop {job_id}: the dashboard at {self.address} did not answer "
+                              f"({short_reason(e)})") from e
+        if r.status_code == 404:
+            raise JobNotFound(f"no job {job_id!r} on the cluster; `rayjobs list` shows the ids")
+        if r.status_code in (401, 403):
+            raise ClusterUnreachable(refused_message(self.address, r.status_code))
+        try:
+            if r.status_code == 200:
+                return bool(r.json().get("stopped"))
+        except ValueError:
+            pass
+        raise SubmitError(f"could not stop {job_id}: HTTP {r.status_code} {' '.join(r.text.split())[:200]}")
 
     # ------------------------------------------------------------------ the dashboard's HTTP API
     def get(self, path: str, params: Optional[Mapping[str, Any]] = None, *, stream: bool = False,

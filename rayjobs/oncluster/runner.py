@@ -88,16 +88,14 @@ def _wait_for_dir(path: str, timeout: float = UNPACK_WAIT_S) -> bool:
 STARTED_AT = time.time()
 
 
-_HEAD: list = []  #: the head's Jobs API client, made when a stop is first asked (its import takes ~1 s)
+_HEAD: list = []  #: the head's Jobs API client, made when a stop is first asked
 
 
 def head_client() -> Any:
     if not _HEAD:
         from rayjobs.oncluster.headapi import head_jobs
 
-        d = head_jobs().d
-        d.sdk  # noqa: B018 (builds Ray's SDK client now, not at the stop)
-        _HEAD.append(d)
+        _HEAD.append(head_jobs().d)
     return _HEAD[0]
 
 
@@ -136,8 +134,8 @@ def watch_checkpoints(meta: dict[str, Any], proc: subprocess.Popen, metrics: Opt
             except Exception:  # noqa: BLE001 (the stop says so, if it fails too)
                 pass
 
-        # off the watch's thread: building Ray's client takes seconds on a busy node, and the watch
-        # must keep looking for the checkpoint the stop waits for meanwhile
+        # off the watch's thread: finding the head's dashboard can take seconds on a busy node, and
+        # the watch must keep looking for the checkpoint the stop waits for meanwhile
         threading.Thread(target=build, name="rayjobs-head-client", daemon=True).start()
 
     return CheckpointWatch(meta.get("checkpoint_dir"), run_dir, job_id, log, stop, STARTED_AT, ready, metrics).start()

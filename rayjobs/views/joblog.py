@@ -16,18 +16,18 @@ def iter_log(d: "Dashboard", job_id: str, *, tail: Optional[int] = None, clean: 
     """
     from rayjobs.client.dashboard import DashboardDown
     from rayjobs.errors import JobNotFound
-    from rayjobs.views import logparse
+    from rayjobs.views import jobfields, logparse
 
     try:
-        info = d.info(job_id)
+        info = d.job(job_id)
     except JobNotFound:
         info = None
-    if info is None or not info.metadata:  # gone, or the entry Ray writes back for a job pruned too soon
+    if info is None or not jobfields.meta(info):  # gone, or the entry Ray writes back for a job pruned too soon
         recorded = list(recorded_log(d, job_id, tail, clean))
         if recorded or info is None:
             yield from recorded
             return
-    node = getattr(info, "driver_node_id", None)
+    node = jobfields.field(info, "driver_node_id")
     if not node:
         return
     split = logparse.LineSplitter()
