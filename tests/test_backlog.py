@@ -342,7 +342,7 @@ def test_finished_jobs_outlive_rays_job_table(clusters, workdir):
     list`, `status` and `logs` still show it, from the queue's history."""
     c = clusters.get(((2, 6),), env={"RAYJOBS_RETENTION_S": "0", "RAYJOBS_PRUNE_EVERY_S": "1"})
     sid = submit(c, *WHOLE, "+fake.steps=3")
-    assert wait_done(c, sid, timeout=120) == "SUCCEEDED"
+    assert wait_done(c, sid, timeout=120) == "SUCCEEDED", (view(c, sid), _log(c, sid)[-2000:])
     wait_until(lambda: sid not in {j.submission_id for j in c.client().list_jobs()}, 60, "Ray to forget the job")
     wait_until(lambda: view(c, sid)["pruned"], 30, "the queue's record to say Ray pruned it")  # marked once the prune returns
     rows = {r["id"]: r for r in cli_json(c, "list")}
