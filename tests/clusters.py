@@ -34,7 +34,10 @@ REPO = Path(__file__).resolve().parent.parent
 BIN = REPO / "tests" / "workloads" / "bin"
 _HANDED_OUT: set[int] = set()
 #: Worker ports per node: a range each, all of them below the ephemeral range free_port draws from.
-WORKER_PORTS = 300
+WORKER_PORTS = 100
+#: A cluster's worker ports: a slot of up to 4 nodes' ranges, from 20000 up to the ephemeral range
+#: (32768). Below 20000 is Ray's own default range, where the embedded head's workers bind.
+SLOT, FIRST_SLOT, SLOTS = 4 * WORKER_PORTS, 20000, (32768 - 20000) // (4 * WORKER_PORTS)
 
 
 def free_port() -> int:
@@ -280,8 +283,7 @@ class Clusters:
             c.settle()
             return c
         self._n += 1
-        # Worker ports below the kernel's ephemeral range (32768+), where free_port's ports come from.
-        c = FakeGpuCluster(self.root / f"c{self._n}", nodes, env, worker_port_base=10000 + (self._n % 18) * 4 * WORKER_PORTS)
+        c = FakeGpuCluster(self.root / f"c{self._n}", nodes, env, worker_port_base=self._worker_ports())
         if fresh:
             self.fresh.append(c)
             return c.start() if start else c
@@ -290,6 +292,21 @@ class Clusters:
             self.shared.pop(old).stop(hard=True)
         self.shared[key] = c
         return c.start()
+
+    def _worker_ports(self) -> int:
+        """The first worker port of a new cluster: a slot no live cluster of this test process
+        holds, in this test process's own share of the slots. Two raylets that hand out the same
+        range race to bind the same ports (each checks a port is free, then its worker binds it a
+        second later), and a worker or a driver that loses the race dies."""
+        count = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+        index = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").lstrip("gw") or 0) % count
+        share = SLOTS // count
+        held = {c.worker_port_base for c in [*self.shared.values(), *self.fresh]}
+        free = [FIRST_SLOT + (index * share + k) * SLOT for k in range(share)]
+        for base in free:
+            if base not in held:
+                return base
+        raise RuntimeError(f"all {share} worker-port slots of this test process are held by live clusters")
 
     def file_done(self, path: str) -> None:
         """The test file ``path`` ended: stop the shared clusters no other file has asked for."""

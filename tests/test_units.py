@@ -6,6 +6,7 @@ import json
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 import units
 
 
@@ -40,3 +41,26 @@ def test_the_scheduler_deals_by_the_published_map(tmp_path, monkeypatch, pytestc
     assert sched._split_scope("tests/a.py::test_x") == sched._split_scope("tests/b.py::test_y[1]") == "embedded"
     assert sched._split_scope("tests/c.py::test_z") == "tests/c.py"
     assert sched._split_scope("tests/new.py::test") == "tests/new.py"  # not in the map: its own unit
+
+
+def test_each_test_process_gives_its_clusters_worker_ports_no_other_live_cluster_has(monkeypatch, tmp_path) -> None:
+    """Two raylets handing out one range race to bind the same ports (a driver that loses dies):
+    each test process has its own share of the slots, and a new cluster a slot none of its live ones holds."""
+    import clusters
+
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "3")
+    bases: dict[str, list[int]] = {}
+    for worker in ("gw0", "gw1", "gw2"):
+        monkeypatch.setenv("PYTEST_XDIST_WORKER", worker)
+        factory = clusters.Clusters()
+        for k in range(clusters.SLOTS // 3):
+            c = factory.get(((2, 6),), fresh=True, start=False)
+            bases.setdefault(worker, []).append(c.worker_port_base)
+        with pytest.raises(RuntimeError, match="slots of this test process are held"):
+            factory.get(((2, 6),), fresh=True, start=False)
+        factory.fresh.pop(1)  # its cluster stopped: the slot is free again
+        assert factory.get(((2, 6),), fresh=True, start=False).worker_port_base == bases[worker][1]
+        factory.close()
+    ranges = [range(b, b + clusters.SLOT) for bs in bases.values() for b in bs]
+    ports = [p for r in ranges for p in r]
+    assert len(ports) == len(set(ports)) and min(ports) >= 20000 and max(ports) < 32768
