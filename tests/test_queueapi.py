@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import sys
 import time
 import zipfile
@@ -188,6 +189,36 @@ def test_code_uploads_are_checked_against_their_key_and_kept_once(api):
     k3 = wire.code_key(hashlib.sha256(evil).hexdigest())
     r = api.http.put(f"/v1/code/{k3}", content=evil)
     assert r.status_code == 422 and "outside its root" in error(r)
+
+
+def test_a_snapshot_no_record_names_yet_outlives_the_prune_for_an_hour(api):
+    """A submit uploads its code (or finds it there), then queues the jobs that name it. A prune in
+    between (every second on a test cluster) once dropped the snapshot no record named yet, and
+    the job failed on a working_dir that was gone: a snapshot uploaded or asked for within the
+    last hour stays; past that, one no record names goes."""
+    from rayjobs.oncluster import pruning
+    from rayjobs.oncluster.store import CODE_GRACE_S
+
+    store, key = api.svc.store, api.upload({"b.py": "2"})
+    old = time.time() - CODE_GRACE_S - 60
+
+    def aged() -> None:
+        os.utime(store.code_dir(key), (old, old))
+
+    pruning.prune(store, api.jobs, [])
+    assert store.has_code(key)  # just uploaded
+    aged()
+    assert api.http.get(f"/v1/code/{key}").status_code == 200  # a submit finds it: it counts as just uploaded
+    pruning.prune(store, api.jobs, [])
+    assert store.has_code(key)
+    aged()
+    assert api.http.put(f"/v1/code/{key}", content=zip_of({"b.py": "2"})).status_code == 200  # already there: the same
+    pruning.prune(store, api.jobs, [])
+    assert store.has_code(key)
+    aged()
+    pruning.prune(store, api.jobs, [])
+    assert not store.has_code(key)  # an hour old, and no record names it
+    assert api.http.get(f"/v1/code/{key}").status_code == 404
 
 
 # --------------------------------------------------------------------------- list, one job, summary

@@ -205,7 +205,7 @@ async def usage(request: Request, user: Optional[str] = None, sweep: Optional[st
 # --------------------------------------------------------------------------- code
 @router.get("/code/{key}", summary="Is this code snapshot on the cluster")
 async def has_code(request: Request, key: str) -> Any:
-    if not _rj(request).svc.store.has_code(key):
+    if not _rj(request).svc.store.code_wanted(key):
         raise HTTPException(404, f"code {key} is not on the cluster")
     return answer({"key": key, "present": True})
 
@@ -217,7 +217,7 @@ _ZIP_BODY = {"requestBody": {"required": True,
 @router.put("/code/{key}", status_code=201, summary="Upload a code snapshot (a zip archive)", openapi_extra=_ZIP_BODY)
 async def put_code(request: Request, key: str) -> Any:
     rj = _rj(request)
-    if rj.svc.store.has_code(key):
+    if rj.svc.store.code_wanted(key):
         return answer({"key": key, "present": True}, 200)
     tmp = Path(tempfile.gettempdir()) / f"rayjobs-upload-{uuid.uuid4().hex}.zip"
     try:

@@ -3,7 +3,8 @@
 Ray's job table and dashboard slow down as finished jobs pile up (ray-project/ray #35202, #55010):
 the queue deletes a finished job from Ray's table ``RAYJOBS_RETENTION_S`` (default 6 h) after it
 ended -- its record, and so every view of it, stays -- and drops code snapshots that no waiting,
-running or recently finished job names (``RAYJOBS_CODE_RETENTION_S``, 7 days: a rerun needs one).
+running or recently finished job names (``RAYJOBS_CODE_RETENTION_S``, 7 days: a rerun needs one) and
+that were not uploaded or asked for in the last hour (a submit's enqueue comes after its upload).
 """
 
 from __future__ import annotations

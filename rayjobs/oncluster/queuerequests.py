@@ -236,7 +236,7 @@ class QueueRequests:
         """
         if not re.match(CODE_KEY_RE, key):
             raise RequestError(422, f"code key {key!r}: expected z + 32 hex digits (the sha256 of the archive)")
-        if self.svc.store.has_code(key):
+        if self.svc.store.code_wanted(key):
             return False
         size = archive.stat().st_size
         if size > MAX_CODE_BYTES:

@@ -33,6 +33,9 @@ from rayjobs.shared import cluster_storage_root
 
 #: Two clusters that share one storage root (one bucket) need a queue each: set it on each head.
 NAME_ENV = "RAYJOBS_QUEUE_NAME"
+#: A code snapshot uploaded, or found there by a submit, this recently is kept though no record
+#: names it yet: the submit's enqueue comes after its upload.
+CODE_GRACE_S = 3600.0
 
 
 def store_root(storage: Optional[str] = None) -> Path:
@@ -153,13 +156,32 @@ class QueueStore:
                               f"RAYJOBS_CODE_RETENTION_S, 7 days by default): submit it again from its source")
         return rec.code
 
-    def drop_code(self, keep: set[str]) -> int:
-        """Remove code snapshots no record names (``keep``); the number removed."""
+    def code_wanted(self, key: str) -> bool:
+        """Is snapshot ``key`` here (a submit asks before it uploads)? If so, it counts as uploaded
+        now: :meth:`drop_code` spares it for :data:`CODE_GRACE_S`, until the enqueue names it."""
+        if not self.has_code(key):
+            return False
+        try:
+            os.utime(self.code_dir(key))
+        except OSError:
+            return False
+        return True
+
+    def drop_code(self, keep: set[str], now: Optional[float] = None) -> int:
+        """Remove the code snapshots no record names (``keep``) and none uploaded or asked for in
+        the last :data:`CODE_GRACE_S`; the number removed."""
+        cutoff = (time.time() if now is None else now) - CODE_GRACE_S
         n = 0
         for p in (self.root / "code").iterdir():
-            if not p.name.startswith(".") and p.name not in keep:
-                shutil.rmtree(p, ignore_errors=True)
-                n += 1
+            if p.name.startswith(".") or p.name in keep:
+                continue
+            try:
+                if p.stat().st_mtime > cutoff:
+                    continue
+            except OSError:
+                continue
+            shutil.rmtree(p, ignore_errors=True)
+            n += 1
         return n
 
     def stray_tmp(self) -> Iterator[Path]:
