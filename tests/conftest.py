@@ -344,3 +344,29 @@ def log_of(c: FakeGpuCluster, job_id: str) -> str:
     from rayjobs.api import Job
 
     return Job(job_id, dashboard=c.dashboard()).logs()
+
+
+def log_so_far(c: FakeGpuCluster, job_id: str) -> str:
+    """The job's log so far ("" while it has none: still waiting, not in Ray yet)."""
+    try:
+        return log_of(c, job_id)
+    except Exception:  # noqa: BLE001
+        return ""
+
+
+def waiting_line(c: FakeGpuCluster) -> dict[str, int]:
+    """{id: place in line} of the jobs waiting in the queue (its API: GET /v1/jobs?status=QUEUED)."""
+    return {v["submission_id"]: int(v["queue_position"]) for v in c.queue().jobs(status=["QUEUED"])}
+
+
+def admitted_time(c: FakeGpuCluster, job_id: str) -> float:
+    """When the queue admitted the job (its record)."""
+    return float(view(c, job_id)["admitted_at"])
+
+
+def standby_in_ray(c: FakeGpuCluster) -> list[str]:
+    """The ids of the jobs the queue pre-started (tagged, not ended) that Ray lists."""
+    from rayjobs.shared import STANDBY_KEY
+
+    return [j.submission_id for j in c.client().list_jobs()
+            if (j.metadata or {}).get(STANDBY_KEY) and str(j.status).split(".")[-1] in ("PENDING", "RUNNING")]
