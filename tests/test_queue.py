@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 import pytest
 
-from conftest import FakeGpuCluster, cli_on, log_of, send_on, submit_on, view, wait_done, wait_until, waiting_line
+from conftest import FakeGpuCluster, cli_on, log_of, send_on, submit_on, view, wait_done, wait_until
 
 from rayjobs.shared import parse_stamp
 
@@ -49,6 +49,11 @@ def admitted_at(client: Any, sid: str) -> Optional[float]:
     return parse_stamp(m.group(1)) if m else None
 
 
+def queued(cluster: FakeGpuCluster) -> dict[str, int]:
+    """{id: position} of the jobs the queue holds (they are records: Ray does not know them yet)."""
+    return {v["submission_id"]: int(v["queue_position"]) for v in cluster.queue().jobs(status=["QUEUED"])}
+
+
 def test_sweep_of_3x_the_cluster_all_succeed(gpu_cluster, gclient, workdir):
     # 6 points x 2 GPUs = 12 GPUs = 3x the cluster; without the queue, verl's check kills the extra ones
     r = submit_on(gpu_cluster, "-m", "+exp=fake_ppo", "+fake.hold_gpus=true",
@@ -57,7 +62,7 @@ def test_sweep_of_3x_the_cluster_all_succeed(gpu_cluster, gclient, workdir):
     assert r.returncode == 0, r.stderr
     ids = r.stdout.split()
     assert len(ids) == 6
-    seen_queued = wait_until(lambda: waiting_line(gpu_cluster), 90, "a QUEUED job with a position")
+    seen_queued = wait_until(lambda: queued(gpu_cluster), 90, "a QUEUED job with a position")
     assert min(seen_queued.values()) == 1
     statuses = {i: wait_done(gpu_cluster, i, timeout=240) for i in ids}
     logs = {i: gclient.get_job_logs(i) for i in ids}
@@ -86,18 +91,18 @@ def test_order_priority_stop_and_actor_restart(gpu_cluster, gclient, workdir):
     d = job("rayjobs.priority=10")  # later, but higher priority: starts first
     e = job()  # stopped while queued: never starts
     want = {d: 1, b: 2, c: 3, e: 4}
-    wait_until(lambda: waiting_line(gpu_cluster) == want, 120, f"positions {want}")
+    wait_until(lambda: queued(gpu_cluster) == want, 120, f"positions {want}")
 
     r = cli_on(gpu_cluster, "stop", e)  # a waiting job: cancelled in the queue
     assert r.returncode == 0 and r.stdout.strip() == f"{e} STOPPED", (r.stdout, r.stderr)
-    wait_until(lambda: waiting_line(gpu_cluster) == {d: 1, b: 2, c: 3}, 30, "the stopped job to leave the queue")
+    wait_until(lambda: queued(gpu_cluster) == {d: 1, b: 2, c: 3}, 30, "the stopped job to leave the queue")
 
     # the queue actor crashes and restarts: it reloads the backlog from its store, the order survives
     kill = gclient.submit_job(entrypoint="python3 -c \"import ray; ray.init(namespace='rayjobs'); "
                                          "ray.kill(ray.get_actor('queue'), no_restart=False)\"")
     wait_until(lambda: str(gclient.get_job_status(kill)) in ("SUCCEEDED", "FAILED"), 90, "the kill job to end")
     assert str(gclient.get_job_status(kill)) == "SUCCEEDED", gclient.get_job_logs(kill)
-    wait_until(lambda: waiting_line(gpu_cluster) == {d: 1, b: 2, c: 3}, 60, "the queue to be rebuilt after the restart")
+    wait_until(lambda: queued(gpu_cluster) == {d: 1, b: 2, c: 3}, 60, "the queue to be rebuilt after the restart")
 
     gclient.stop_job(blocker)
     for sid in (d, b, c):

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FakeGpuCluster, cli_json, cli_on, log_so_far, send_on, view, wait_done, wait_until
+from conftest import FakeGpuCluster, cli_json, cli_on, log_of, send_on, view, wait_done, wait_until
 
 from rayjobs.oncluster import checkpointwatch
 
@@ -31,6 +31,14 @@ def cluster(one_node: FakeGpuCluster) -> FakeGpuCluster:
 def submit(c: FakeGpuCluster, *overrides: str) -> str:
     """One 1-GPU job of the verl stand-in (holding its GPU as verl does), sent in this process."""
     return send_on(c, *ONE, *overrides)
+
+
+def log(c: FakeGpuCluster, sid: str) -> str:
+    """Its log so far ("" while the queue holds it: no log yet)."""
+    try:
+        return log_of(c, sid)
+    except Exception:  # noqa: BLE001  (not started yet)
+        return ""
 
 
 def steps(text: str) -> list[int]:
@@ -51,24 +59,24 @@ def ray_status(c: FakeGpuCluster, sid: str) -> str:
 
 def test_stop_says_how_many_steps_a_resume_redoes(cluster, workdir):
     sid = submit(cluster, "trainer.save_freq=4", "+fake.steps=400", "+fake.step_s=0.4")
-    wait_until(lambda: saved(log_so_far(cluster, sid)) and max(steps(log_so_far(cluster, sid)), default=0) >= 6, 120,
+    wait_until(lambda: saved(log(cluster, sid)) and max(steps(log(cluster, sid)), default=0) >= 6, 120,
                "a checkpoint and a few steps past it")
     r = stop(cluster, sid)
     assert r.returncode == 0 and r.stdout.strip() == f"{sid} STOPPED", (r.stdout, r.stderr)
     m = re.search(rf"{sid}: at step (\d+), last checkpoint step (\d+): (\d+) step\(s\) will be redone on resume", r.stderr)
     assert m, r.stderr
     at, ckpt, redo = map(int, m.groups())
-    assert ckpt % 4 == 0 and ckpt in saved(log_so_far(cluster, sid)) and redo == at - ckpt and 0 <= redo <= 6, m.group(0)
+    assert ckpt % 4 == 0 and ckpt in saved(log(cluster, sid)) and redo == at - ckpt and 0 <= redo <= 6, m.group(0)
 
 
 def test_stop_at_checkpoint_stops_right_after_the_next_save(cluster, workdir):
     sid = submit(cluster, "trainer.save_freq=5", "+fake.steps=400", "+fake.step_s=1")
-    wait_until(lambda: saved(log_so_far(cluster, sid)), 120, "a first checkpoint")
-    before = max(saved(log_so_far(cluster, sid)))
+    wait_until(lambda: saved(log(cluster, sid)), 120, "a first checkpoint")
+    before = max(saved(log(cluster, sid)))
     r = stop(cluster, sid, "--at-checkpoint", "--wait", "60")
     assert r.returncode == 0 and r.stdout.strip() == f"{sid} STOPPED", (r.stdout, r.stderr)
     assert "stops once the next one is saved" in r.stderr, r.stderr
-    text = log_so_far(cluster, sid)
+    text = log(cluster, sid)
     assert "[rayjobs] stop at checkpoint asked" in text, text[-2000:]
     # the next save, or -- asked within a second of a save, before another step -- that one
     m = re.search(r"\[rayjobs\] stopping at checkpoint: (?:checkpoint step (\d+) saved|nothing trained since "
@@ -85,17 +93,17 @@ def test_stop_at_checkpoint_stops_right_after_the_next_save(cluster, workdir):
 
 def test_stop_at_checkpoint_gives_up_after_its_timeout(cluster, workdir):
     sid = submit(cluster, "trainer.save_freq=1000", "+fake.steps=400", "+fake.step_s=0.4")
-    wait_until(lambda: steps(log_so_far(cluster, sid)), 120, "the first steps")
+    wait_until(lambda: steps(log(cluster, sid)), 120, "the first steps")
     t = time.monotonic()
     r = stop(cluster, sid, "--at-checkpoint", "--timeout", "4", "--wait", "60")
     assert r.returncode == 0 and r.stdout.strip() == f"{sid} STOPPED", (r.stdout, r.stderr)
     assert time.monotonic() - t >= 4
-    assert "no new checkpoint within 4 s; the steps since the start will be redone" in log_so_far(cluster, sid)
+    assert "no new checkpoint within 4 s; the steps since the start will be redone" in log(cluster, sid)
 
 
 def test_stop_refuses_bad_input_with_one_line_and_stops_nothing(cluster, workdir):
     sid = submit(cluster, "trainer.save_freq=-1", "+fake.steps=400", "+fake.step_s=0.4")
-    wait_until(lambda: steps(log_so_far(cluster, sid)), 120, "the first steps")
+    wait_until(lambda: steps(log(cluster, sid)), 120, "the first steps")
     for args, says in [((sid, "--timeout", "5"), "--timeout only goes with --at-checkpoint"),
                        ((sid, "--at-checkpoint", "--timeout", "0"), "--timeout 0: give a number of seconds > 0"),
                        ((sid, "--at-checkpoint"), f"{sid} saves no checkpoints (trainer.save_freq=-1)")]:
@@ -117,13 +125,13 @@ def test_stop_refuses_bad_input_with_one_line_and_stops_nothing(cluster, workdir
 
 def test_resume_continues_a_stopped_job_from_its_checkpoint(cluster, workdir):
     sid = submit(cluster, "trainer.save_freq=3", "+fake.steps=40", "+fake.step_s=0.6")
-    wait_until(lambda: saved(log_so_far(cluster, sid)), 120, "a first checkpoint")
+    wait_until(lambda: saved(log(cluster, sid)), 120, "a first checkpoint")
     r = stop(cluster, sid, "--at-checkpoint", "--wait", "60")
     assert r.returncode == 0 and r.stdout.strip() == f"{sid} STOPPED", (r.stdout, r.stderr)
     # the next save, or -- asked right after one, before another step -- that one (nothing to lose)
     m = re.search(r"stopping at checkpoint: (?:checkpoint step (\d+) saved|nothing trained since checkpoint step (\d+))",
-                  log_so_far(cluster, sid))
-    assert m, log_so_far(cluster, sid)[-3000:]
+                  log(cluster, sid))
+    assert m, log(cluster, sid)[-3000:]
     # the job's last checkpoint: that one, or -- Ray's stop reaching a loaded machine's trainer seconds
     # later -- a later one (the watch's word is when the stop was asked; the record's, where it ended)
     assert wait_done(cluster, sid) == "STOPPED"  # the queue's record settled (its checkpoint known then)
@@ -136,8 +144,8 @@ def test_resume_continues_a_stopped_job_from_its_checkpoint(cluster, workdir):
     assert r.returncode == 0, r.stderr
     new = r.stdout.strip()
     assert new == f"{sid}-r1" and f"from its checkpoint at step {at}" in r.stderr, (r.stdout, r.stderr)
-    assert wait_done(cluster, new) == "SUCCEEDED", log_so_far(cluster, new)[-2000:]
-    text = log_so_far(cluster, new)
+    assert wait_done(cluster, new) == "SUCCEEDED", log(cluster, new)[-2000:]
+    text = log(cluster, new)
     assert "Resuming from" in text and f"global_step_{at}" in text and "attempt 2 of run" in text, text[-2000:]
     assert steps(text) and steps(text)[0] == at + 1 and max(steps(text)) == 40, text[-3000:]  # from the step after the checkpoint on
     st = cli_on(cluster, "status", new, "--json")
@@ -148,7 +156,7 @@ def test_resume_continues_a_stopped_job_from_its_checkpoint(cluster, workdir):
         r = cli_on(cluster, "resume", job)
         assert r.returncode == 2 and says in r.stderr and len(r.stderr.strip().splitlines()) == 1, (job, r.stderr)
     bare = submit(cluster, "trainer.save_freq=-1", "+fake.steps=400", "+fake.step_s=0.4")
-    wait_until(lambda: steps(log_so_far(cluster, bare)), 120, "the first steps")
+    wait_until(lambda: steps(log(cluster, bare)), 120, "the first steps")
     r = cli_on(cluster, "resume", bare)
     assert r.returncode == 2 and "only a stopped or failed job can be resumed" in r.stderr, r.stderr
     assert stop(cluster, bare).returncode == 0 and wait_done(cluster, bare) == "STOPPED"
@@ -165,10 +173,10 @@ def test_a_resume_leaves_the_stopped_jobs_own_row_as_it_was(cluster, workdir):
     # resumed job's attempt 2, final step and score, in `rayjobs list --json` and `status --json`.
     total = 45  # (27 s: still training when a stop asked after the first save lands, on a loaded machine)
     sid = submit(cluster, "trainer.save_freq=3", f"+fake.steps={total}", "+fake.step_s=0.6")
-    wait_until(lambda: saved(log_so_far(cluster, sid)), 120, "a first checkpoint")
+    wait_until(lambda: saved(log(cluster, sid)), 120, "a first checkpoint")
     r = stop(cluster, sid, "--at-checkpoint", "--wait", "60")
     assert r.returncode == 0 and r.stdout.strip() == f"{sid} STOPPED", (r.stdout, r.stderr)
-    at = max(steps(log_so_far(cluster, sid)))
+    at = max(steps(log(cluster, sid)))
     assert at < total, at
     assert wait_done(cluster, sid) == "STOPPED"  # the queue's record settled (its checkpoint known then)
 
@@ -182,7 +190,7 @@ def test_a_resume_leaves_the_stopped_jobs_own_row_as_it_was(cluster, workdir):
     r = cli_on(cluster, "resume", sid, timeout=300)
     assert r.returncode == 0, r.stderr
     new = r.stdout.strip()
-    assert wait_done(cluster, new) == "SUCCEEDED", log_so_far(cluster, new)[-2000:]
+    assert wait_done(cluster, new) == "SUCCEEDED", log(cluster, new)[-2000:]
     run_dir = Path(view(cluster, sid)["metadata"]["run_dir"])  # one run: the resume's metrics are beside its own
     assert view(cluster, new)["metadata"]["run_dir"] == str(run_dir)
     assert {"metrics.1.jsonl", "metrics.2.jsonl"} <= {f.name for f in run_dir.glob("metrics.*.jsonl")}, run_dir
@@ -208,7 +216,7 @@ def test_stop_names_jobs_while_a_plain_ray_driver_is_connected(cluster, workdir)
         wait_until(lambda: any(j.submission_id is None and str(j.status) == "RUNNING"
                                for j in cluster.client().list_jobs()), 60, "Ray to list the plain driver")
         sid = submit(cluster, "trainer.save_freq=-1", "+fake.steps=400", "+fake.step_s=0.4")
-        wait_until(lambda: steps(log_so_far(cluster, sid)), 120, "the first steps")
+        wait_until(lambda: steps(log(cluster, sid)), 120, "the first steps")
         r = stop(cluster, sid[:-1])  # by a prefix of its id
         assert r.returncode == 0 and r.stdout.strip() == f"{sid} STOPPED", (r.stdout, r.stderr)
         r = stop(cluster, "no-such-job-xyz")
