@@ -74,24 +74,6 @@ def unreachable_message(target: Target, e: BaseException) -> str:
     return f"cannot reach a Ray dashboard at {target.address} (from {target.source}): {hint}"
 
 
-def _no_job(job_id: str) -> JobNotFound:
-    return JobNotFound(f"no job {job_id!r} on the cluster; `rayjobs list` shows the ids")
-
-
-def _job_answer(r: Any, job_id: str, doing: str) -> dict[str, Any]:
-    """The JSON object of a Jobs REST answer about ``job_id``; :class:`JobNotFound` on a 404,
-    :class:`SubmitError` ("could not ``doing`` JOB") on anything but a 200 with an object."""
-    if r.status_code == 404:
-        raise _no_job(job_id)
-    try:
-        doc = r.json() if r.status_code == 200 else None
-    except ValueError:
-        doc = None
-    if not isinstance(doc, dict):
-        raise SubmitError(f"could not {doing} {job_id}: HTTP {r.status_code} {' '.join(r.text.split())[:200]}")
-    return doc
-
-
 class _Answer:
     """A urllib3 answer read in full, spelled as the little of ``requests.Response`` :meth:`Dashboard.job` reads."""
 
@@ -213,11 +195,15 @@ class Dashboard:
     def logs(self, job_id: str) -> str:
         """A job's whole driver log (``GET /api/jobs/ID/logs``, the Jobs REST API the SDK's
         ``get_job_logs`` calls: a command that only reads need not import Ray's SDK)."""
+        r = self.get(f"/api/jobs/{job_id}/logs", read_timeout=60.0)
+        if r.status_code == 404:
+            raise JobNotFound(f"no job {job_id!r} on the cluster; `rayjobs list` shows the ids")
         try:
-            r = self.get(f"/api/jobs/{job_id}/logs", read_timeout=60.0)
-        except DashboardDown as e:
-            raise SubmitError(f"could not read the log of {job_id}: {e}") from e
-        return str(_job_answer(r, job_id, "read the log of").get("logs") or "")
+            if r.status_code == 200:
+                return str(r.json().get("logs") or "")
+        except ValueError:
+            pass
+        raise SubmitError(f"could not read the log of {job_id}: HTTP {r.status_code}")
 
     def stop(self, job_id: str) -> bool:
         """Ask Ray to stop a job (``POST /api/jobs/ID/stop``, what the SDK's ``stop_job`` sends);
@@ -225,23 +211,29 @@ class Dashboard:
 
         Raises:
             JobNotFound: the cluster has no such job.
-            SubmitError: no answer, or Ray answered anything else.
+            SubmitError: Ray answered anything else.
         """
         try:
-            r = self.request("POST", f"/api/jobs/{job_id}/stop")
-        except DashboardDown as e:
-            raise SubmitError(f"could not stop {job_id}: {e}") from e
-        return bool(_job_answer(r, job_id, "stop").get("stopped"))
+            r = self._session().post(f"{self.address}/api/jobs/{job_id}/stop", headers=self.headers,
+                                     timeout=(5.0, self.timeout))
+        except self._requests.RequestException as e:
+            raise SubmitError(f"could not stop {job_id}: the dashboard at {self.address} did not answer "
+                              f"({short_reason(e)})") from e
+        if r.status_code == 404:
+            raise JobNotFound(f"no job {job_id!r} on the cluster; `rayjobs list` shows the ids")
+        if r.status_code in (401, 403):
+            raise ClusterUnreachable(refused_message(self.address, r.status_code))
+        try:
+            if r.status_code == 200:
+                return bool(r.json().get("stopped"))
+        except ValueError:
+            pass
+        raise SubmitError(f"could not stop {job_id}: HTTP {r.status_code} {' '.join(r.text.split())[:200]}")
 
     # ------------------------------------------------------------------ the dashboard's HTTP API
     def get(self, path: str, params: Optional[Mapping[str, Any]] = None, *, stream: bool = False,
             read_timeout: Optional[float] = -1.0) -> Any:
-        """GET ``path`` (a ``requests`` response); raises as :meth:`request`."""
-        return self.request("GET", path, params, stream=stream, read_timeout=read_timeout)
-
-    def request(self, method: str, path: str, params: Optional[Mapping[str, Any]] = None, *, stream: bool = False,
-                read_timeout: Optional[float] = -1.0) -> Any:
-        """``method`` ``path`` (a ``requests`` response).
+        """GET ``path`` (a ``requests`` response).
 
         Raises:
             DashboardDown: no answer (connection refused, reset, timed out).
@@ -249,8 +241,8 @@ class Dashboard:
         """
         rt = self.timeout if read_timeout == -1.0 else read_timeout
         try:
-            r = self._session().request(method, self.address + path, params=params, headers=self.headers,
-                                        stream=stream, timeout=(5.0, rt))
+            r = self._session().get(self.address + path, params=params, headers=self.headers, stream=stream,
+                                   timeout=(5.0, rt))
         except self._requests.RequestException as e:
             raise DashboardDown(f"the dashboard at {self.address} did not answer ({short_reason(e)})") from e
         if r.status_code in (401, 403):
@@ -323,7 +315,7 @@ class Dashboard:
         """A job's details as a dict (``GET /api/jobs/ID``), for pollers that must not block on the SDK."""
         r = self._get_direct(f"/api/jobs/{job_id}") if self._direct is not None else self.get(f"/api/jobs/{job_id}")
         if r.status_code == 404:
-            raise _no_job(job_id)
+            raise JobNotFound(f"no job {job_id!r} on the cluster; `rayjobs list` shows the ids")
         if r.status_code != 200:
             raise DashboardDown(f"the dashboard answered HTTP {r.status_code} for job {job_id}")
         try:

@@ -167,10 +167,10 @@ class QueueStore:
             return False
         return True
 
-    def drop_code(self, keep: set[str]) -> int:
+    def drop_code(self, keep: set[str], now: Optional[float] = None) -> int:
         """Remove the code snapshots no record names (``keep``) and none uploaded or asked for in
         the last :data:`CODE_GRACE_S`; the number removed."""
-        cutoff = time.time() - CODE_GRACE_S
+        cutoff = (time.time() if now is None else now) - CODE_GRACE_S
         n = 0
         for p in (self.root / "code").iterdir():
             if p.name.startswith(".") or p.name in keep:
