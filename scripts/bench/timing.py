@@ -28,10 +28,17 @@ def timed(cmd: Sequence[str], env: Optional[dict] = None, cwd: Optional[str] = N
 
 def timed_cpu(cmd: Sequence[str], env: Optional[dict] = None, cwd: Optional[str] = None) -> tuple[float, float]:
     """(wall s, whole-process CPU s: user + system of the command and its children) of one command."""
+    wall, cpu, _ = command_cpu(cmd, env, cwd)
+    return wall, cpu
+
+
+def command_cpu(cmd: Sequence[str], env: Optional[dict] = None, cwd: Optional[str] = None,
+                timeout: Optional[float] = None) -> tuple[float, float, str]:
+    """(wall s, CPU s of it and its children, stdout) of one command, which must succeed."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    wall = timed(cmd, env=env, cwd=cwd)
+    wall, out = command(cmd, env, cwd, timeout)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), out
 
 
 def interleaved(fns: dict[str, Callable[[], object]], rounds: int) -> dict[str, list]:
