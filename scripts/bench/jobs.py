@@ -4,6 +4,7 @@ and the times their runners print (``[rayjobs] admitted after ... running from .
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -118,3 +119,28 @@ def queue_events(gcs: Optional[str] = None) -> list[tuple[float, str, str]]:
     finally:
         if gcs:
             ray.shutdown()
+
+
+# --------------------------------------------------------------------------- what a run leaves on disk
+#: verl's checkpoint tracker in a run's checkpoint dir: the step of its last complete save.
+TRACKER = "latest_checkpointed_iteration.txt"
+
+
+def attempts(run_dir: str) -> dict[int, list[int]]:
+    """{attempt: [steps it logged]} from a run's per-attempt metrics files (verl's file logger)."""
+    from pathlib import Path
+
+    out = {}
+    for f in Path(run_dir).glob("metrics.*.jsonl"):
+        out[int(f.name.split(".")[1])] = [json.loads(ln)["step"] for ln in f.read_text().splitlines() if ln.strip()]
+    return dict(sorted(out.items()))
+
+
+def saved_step(checkpoint_dir: str) -> Optional[int]:
+    """The step of the run's last complete checkpoint (its tracker), or None."""
+    from pathlib import Path
+
+    try:
+        return int((Path(checkpoint_dir) / TRACKER).read_text().strip())
+    except (OSError, ValueError):
+        return None
