@@ -71,6 +71,9 @@ def parse(ap: argparse.ArgumentParser, quick: dict[str, Any], argv: Optional[lis
     ap.add_argument("--quick", action="store_true", help=f"a small run that leaves the doc alone ({sizes})")
     ap.add_argument("--no-doc", "--no-write", dest="no_doc", action="store_true",
                     help="print the section, leave docs/benchmarks.md alone")
+    unknown = set(quick) - {act.dest for act in ap._actions}
+    if unknown:  # a size the parser does not have would be set and never read
+        raise ValueError(f"--quick sets {sorted(unknown)}, which are not flags of this benchmark")
     args = sys.argv[1:] if argv is None else argv
     if "--quick" in args:
         ap.set_defaults(**quick)
