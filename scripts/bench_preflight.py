@@ -23,7 +23,6 @@ from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench import doc, session, timing  # noqa: E402
-from bench.timing import median  # noqa: E402
 
 PY = sys.executable
 Row = tuple[str, list[float], int]  #: (case, seconds of each round, configs verl validated)

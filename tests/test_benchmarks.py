@@ -20,9 +20,9 @@ def _scripts_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.syspath_prepend(str(SCRIPTS))
 
 
-def test_the_harness_and_the_halving_helpers_import() -> None:
+def test_the_harness_and_the_report_helpers_import() -> None:
     assert {"bench.doc", "bench.jobs", "bench.sample", "bench.session", "bench.timing"} <= set(HARNESS)
-    for name in ["bench", *HARNESS, "halving_model", "halving_report", "tuneasha"]:
+    for name in ["bench", *HARNESS, "benchlib", "halving_model", "halving_report", "preempt_report", "tuneasha"]:
         importlib.import_module(name)
     assert "ray" not in sys.modules or not sys.modules["ray"].is_initialized()
 
