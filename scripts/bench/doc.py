@@ -21,9 +21,8 @@ def table(head: Sequence[str], rows: Iterable[Sequence[Any]], align: str = "") -
     column (``l``: left, ``r``: right; default: the first left, the others right)."""
     align = align or "l" + "r" * (len(head) - 1)
     rule = "|" + "|".join("---:" if a == "r" else "---" for a in align) + "|"
-    lines = ["| " + " | ".join(head) + " |", rule]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
+    line = lambda cells: "|" + "|".join(f" {c} " if str(c) else " " for c in cells) + "|"  # noqa: E731
+    return "\n".join([line(head), rule, *map(line, rows)])
 
 
 def stats(xs: Sequence[float], digits: int = 2, every: bool = True) -> list[str]:
