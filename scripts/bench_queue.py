@@ -1,6 +1,6 @@
 """Benchmark the cluster-side queue (issues 4, 15): idle gap, GPU utilisation, the cost of a backlog.
 
-All run on real Ray clusters declaring fake GPUs (``tests/test_queue_cluster.py``), inside a
+All run on real Ray clusters declaring fake GPUs (the tests' factory, ``tests/clusters.py``), inside a
 private network namespace, with the verl stand-in holding STRICT_PACK placement groups.
 
 * Idle gap: a blocker holds the whole 1-node cluster (2 GPUs); N jobs needing both GPUs are queued
