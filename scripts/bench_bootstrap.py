@@ -22,15 +22,17 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import benchlib  # noqa: E402  (also puts tests/ on sys.path)
+from bench import REPO, doc, timing  # noqa: E402  (also puts tests/ on sys.path)
+from bench.timing import median  # noqa: E402
+
+from clusterops import wait_until  # noqa: E402
 from nodes import Net  # noqa: E402
 
-REPO = benchlib.REPO
 PY = sys.executable
 GPUS = 1
-KEEP = ""
 
 # verl examples/skypilot/verl-ppo.yaml `run`, verbatim except: the trainer -> a marker line, and
 # the dashboard bound to 127.0.0.1 instead of the seed's public 0.0.0.0 (it does not change how the
@@ -81,7 +83,8 @@ def fresh(net: Net) -> None:
         node.boot()
 
 
-def one_round(net: Net, kind: str, timeout: float = 180.0) -> float:
+def one_round(net: Net, kind: str, keep: Optional[str], timeout: float = 180.0) -> float:
+    """Seconds from the last node's script start to the head's ready line, on fresh machines."""
     fresh(net)
     token = secrets.token_hex(16)
     # A file, as SkyPilot runs it (the seed's `ps | grep` checks would match `bash -c '<script>'`).
@@ -97,32 +100,39 @@ def one_round(net: Net, kind: str, timeout: float = 180.0) -> float:
         else:
             env["RAY_AUTH_TOKEN"] = token
             cmd = [PY, str(REPO / "bootstrap" / "ray_node.py")]
-        log = net.root / f"{kind}-{node.rank}.log"
-        logs.append(log)
-        procs.append(node.popen(cmd, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT))
+        logs.append(net.root / f"{kind}-{node.rank}.log")
+        procs.append(node.popen(cmd, env=env, stdout=open(logs[-1], "w"), stderr=subprocess.STDOUT))
     t0 = time.perf_counter()  # the last node's script has started
     marker = "SEED_READY" if kind == "seed" else "RAYJOBS_READY"
-    while marker not in logs[0].read_text():
-        if procs[0].poll() is not None and marker not in logs[0].read_text():
+
+    def ready() -> bool:
+        if marker in logs[0].read_text():
+            return True
+        if procs[0].poll() is not None:
             raise RuntimeError(f"{kind}: the head ended without {marker}:\n{logs[0].read_text()[-3000:]}")
-        if time.perf_counter() - t0 > timeout:
-            tails = "\n".join(f"--- rank {i}\n{log.read_text()[-1500:]}" for i, log in enumerate(logs))
-            raise RuntimeError(f"{kind}: not ready after {timeout} s\n{tails}")
-        time.sleep(0.02)
+        return False
+    try:
+        wait_until(ready, timeout, f"{kind}'s {marker}", every=0.02)
+    except AssertionError:
+        tails = "\n".join(f"--- rank {i}\n{log.read_text()[-1500:]}" for i, log in enumerate(logs))
+        raise RuntimeError(f"{kind}: not ready after {timeout} s\n{tails}") from None
     dt = time.perf_counter() - t0
     for p in procs:
         p.wait(timeout=timeout)
-    if KEEP:
+    if keep:
         files = [str(log.relative_to(net.root)) for log in logs]
         files += [str(Path(f).relative_to(net.root)) for n in net.nodes
                   for f in (n.tmp / "ray").glob("session_2*/logs/*") if f.suffix in (".log", ".out", ".err")]
-        subprocess.run(["tar", "-czf", f"{KEEP}-{kind}.tgz", "-C", str(net.root), *files], check=False)
+        subprocess.run(["tar", "-czf", f"{keep}-{kind}.tgz", "-C", str(net.root), *files], check=False)
     return dt
 
 
 def render(res: dict, load: list, nodes: int, rounds: int, cpus: int, where: str = "") -> str:
-    seed, ours = benchlib.median(res["seed"]), benchlib.median(res["rayjobs"])
+    """The section of one run."""
+    seed, ours = median(res["seed"]), median(res["rayjobs"])
     fmt = lambda xs: ", ".join(f"{x:.1f}" for x in xs)  # noqa: E731
+    rows = [("seed (verl-ppo.yaml: `sleep 15` workers, 10 s `ray status` polls)", f"{seed:.1f}", fmt(res["seed"])),
+            ("rayjobs `bootstrap/ray_node.py` (token auth, loopback dashboard, GCS polls)", f"{ours:.1f}", fmt(res["rayjobs"]))]
     return f"""## Bootstrap: last node's script start -> cluster ready ({nodes} nodes)
 
 `scripts/bench_bootstrap.py`: {nodes} fake machines (own network, PID and mount namespaces, veth into
@@ -130,10 +140,7 @@ a bridge, `--num-gpus={GPUS}` each) on one {cpus}-core machine{where}; each roun
 empty disks and starts every node's script at once; interleaved, {rounds} rounds each. Load
 average during the runs: {min(load):.1f}-{max(load):.1f}.
 
-| run block | median (s) | rounds (s) |
-|---|---|---|
-| seed (verl-ppo.yaml: `sleep 15` workers, 10 s `ray status` polls) | {seed:.1f} | {fmt(res['seed'])} |
-| rayjobs `bootstrap/ray_node.py` (token auth, loopback dashboard, GCS polls) | {ours:.1f} | {fmt(res['rayjobs'])} |
+{doc.table(["run block", "median (s)", "rounds (s)"], rows, "lll")}
 
 rayjobs / seed = **{ours / seed:.2f}** (target <= 0.20).
 """
@@ -162,34 +169,30 @@ def main() -> None:
     ap.add_argument("--md-out", help="write the markdown section here instead of docs/benchmarks.md")
     ap.add_argument("--where", default="", help="a few words on the machine, for the section's text")
     ap.add_argument("--keep-logs", help="after each round, save the nodes' script and Ray logs as KEEP_LOGS-<kind>.tgz")
-    args = ap.parse_args()
+    a = doc.parse(ap, {"rounds": 1, "nodes": 2})
     if os.geteuid() != 0:
         sys.exit("needs root (network namespaces)")
-    net = Net(args.nodes)
+    net = Net(a.nodes)
     net.create(boot=False)
-    load = []
-    try:
-        def measure(kind: str):
-            def fn() -> float:
-                load.append(os.getloadavg()[0])
-                dt = one_round(net, kind)
-                print(f"{kind}: {dt:.1f} s", file=sys.stderr, flush=True)
-                return dt
-            return fn
+    load: list[float] = []
 
-        if args.keep_logs:
-            global KEEP
-            KEEP = args.keep_logs
-        res = benchlib.interleaved({"seed": measure("seed"), "rayjobs": measure("rayjobs")}, args.rounds)
+    def measure(kind: str) -> Callable[[], float]:
+        def fn() -> float:
+            load.append(os.getloadavg()[0])
+            dt = one_round(net, kind, a.keep_logs)
+            print(f"{kind}: {dt:.1f} s", file=sys.stderr, flush=True)
+            return dt
+        return fn
+    try:
+        res = timing.interleaved({"seed": measure("seed"), "rayjobs": measure("rayjobs")}, a.rounds)
     finally:
         net.destroy()
-    md = render(res, load, args.nodes, args.rounds, os.cpu_count() or 0, args.where)
-    md = md + "\n" + NOTES
-    if args.md_out:
-        Path(args.md_out).write_text(md)
+    md = render(res, load, a.nodes, a.rounds, os.cpu_count() or 0, a.where) + "\n" + NOTES
+    if a.md_out:
+        Path(a.md_out).write_text(md)
+        print(md)
     else:
-        benchlib.write_section("bootstrap", md)
-    print(md)
+        doc.publish(a, "bootstrap", md)
 
 
 if __name__ == "__main__":

@@ -11,20 +11,21 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-import benchlib  # noqa: E402  (puts tests/ on sys.path)
+from bench import doc  # noqa: E402  (puts tests/ on sys.path)
+from bench.timing import median  # noqa: E402
 
 from schedfakes import NOW, cluster, node, queued, running, state  # noqa: E402
 
 from rayjobs.oncluster.scheduler import Policy, decide  # noqa: E402
 
 
-def passes(st, view, rounds: int) -> list[float]:
+def passes(st: Any, view: Any, rounds: int) -> list[float]:
     """Milliseconds of each of ``rounds`` passes over the same inputs."""
     out = []
     for _ in range(rounds):
@@ -38,28 +39,26 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--jobs", type=int, default=10_000)
     ap.add_argument("--rounds", type=int, default=50)
-    a = ap.parse_args()
+    a = doc.parse(ap, {"jobs": 300, "rounds": 3})
     jobs = [queued(f"j{i:05d}", [[1], [2], [8]][i % 3], at=NOW - 5 + i * 1e-4) for i in range(a.jobs)]
     busy = cluster(*[node(f"n{i}", 8, free=0) for i in range(16)])
     full = passes(state(*jobs), busy, a.rounds)
+    # the same line behind 16 running preemptible jobs, and an urgent one to preempt for
     runs = [running(f"r{i}", [8], preemptible=True) for i in range(16)]
     urgent = queued("urgent", [8], at=NOW, priority=10)
     held = lambda ids: {i: {f"n{int(i[1:])}": [8.0, 24.0]} for i in ids}  # noqa: E731
     pre = passes(state(*runs, urgent, *jobs), cluster(*[node(f"n{i}", 8, free=0) for i in range(16)], holdings=held),
                  a.rounds)
-    m1, m2 = statistics.median(full), statistics.median(pre)
-    md = f"""## The pure scheduler's pass (issue 29) — `scripts/bench_scheduler.py`
+    rows = [(name, f"{median(xs):.2f}", f"{max(xs):.2f}", f"≤ 10 ms: {doc.met(median(xs), 10)}") for name, xs in (
+        ("every GPU busy, the line looked at as far as anything can change", full),
+        ("the same behind 16 running preemptible jobs, an urgent job to preempt for", pre))]
+    doc.publish(a, "scheduler", f"""## The pure scheduler's pass (issue 29) — `scripts/bench_scheduler.py`
 
 `scheduler.decide` over {a.jobs:,} waiting jobs (1, 2 and 8 GPUs) on a simulated 16 nodes x 8 GPUs, in
 process, {a.rounds} passes each ({platform.machine()}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}).
 
-| pass | median ms | max ms | target |
-|---|---:|---:|---|
-| every GPU busy, the line looked at as far as anything can change | {m1:.2f} | {max(full):.2f} | ≤ 10 ms: {"met" if m1 <= 10 else "missed"} |
-| the same behind 16 running preemptible jobs, an urgent job to preempt for | {m2:.2f} | {max(pre):.2f} | ≤ 10 ms: {"met" if m2 <= 10 else "missed"} |
-"""
-    benchlib.write_section("scheduler", md)
-    print(md)
+{doc.table(["pass", "median ms", "max ms", "target"], rows, "lrrl")}
+""")
 
 
 if __name__ == "__main__":
