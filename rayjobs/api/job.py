@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
 from rayjobs.contract.status import TERMINAL
 from rayjobs.errors import NoSuchJob
@@ -109,15 +109,18 @@ class Job:
                 raise TimeoutError(f"{self.job_id} is still {status} after {timeout:g} s")
             time.sleep(poll)
 
-    def iter_logs(self, *, tail: Optional[int] = None, clean: bool = True) -> Iterator[str]:
+    def iter_logs(self, *, tail: Optional[int] = None, clean: bool = True,
+                  say: Optional[Callable[[str], None]] = None) -> Iterator[str]:
         """The log as it is now (``tail``: only the last N lines), in chunks; ``clean``: no ANSI codes.
 
-        A job pruned from Ray's table is read from where the queue recorded its log; a waiting job
-        has none yet.
+        A job pruned from Ray's table is read from where the queue recorded its log; an ended job
+        whose log Ray no longer serves (the head's Ray restarted since), from what was kept of it
+        (its whole log file where readable here, else the end its runner kept on the storage root,
+        else the local record's copy; ``say`` is told which, in one line); a waiting job has none yet.
         """
         from rayjobs.views import joblog
 
-        return joblog.iter_log(self.dashboard, self.job_id, tail=tail, clean=clean)
+        return joblog.iter_log(self.dashboard, self.job_id, tail=tail, clean=clean, say=say)
 
     def logs(self, *, tail: Optional[int] = None, clean: bool = True) -> str:
         """The log as one string (see :meth:`iter_logs`)."""

@@ -83,12 +83,17 @@ def logs_cmd(job_id: str, lines: Optional[int], follow: bool, as_json: bool, add
                 sys.stdout.write(dumps(rec) + "\n")
                 wrote = True
         else:
-            for text in job.iter_logs(tail=lines, clean=not sys.stdout.isatty()):
+            for text in job.iter_logs(tail=lines, clean=not sys.stdout.isatty(), say=_say):
                 sys.stdout.write(text)
                 wrote = wrote or bool(text)
         sys.stdout.flush()
         if not wrote:
-            _say(f"{job.job_id} has no {'step yet' if as_json else 'log yet'} ({job.status()})")
+            status = job.status()
+            if status in TERMINAL:  # it ended: nothing more is coming
+                _say(f"{job.job_id} {status}: no log of it is left to show (Ray no longer serves it and "
+                     f"nothing of it was kept)" if lines != 0 else f"{job.job_id} {status}")
+            else:
+                _say(f"{job.job_id} has no {'step yet' if as_json else 'log yet'} ({status})")
         return 0
 
     _exit(run_cli(_pipe_safe(go)))
