@@ -91,3 +91,56 @@ def test_an_ended_jobs_log_and_failure_outlive_a_restart_of_the_local_head(home,
     assert logs.returncode == 0 and "step:3 - " in logs.stdout, logs.stdout + logs.stderr
     assert "lines its runner kept on the storage root" in logs.stderr and "the whole log stays at" in logs.stderr
     assert len(logs.stdout.splitlines()) == 5, logs.stdout
+
+
+@pytest.mark.cluster
+def test_reads_never_start_a_stopped_local_head_and_what_needs_it_says_it_does(home, workdir):
+    env = {"RAYJOBS_HOME": str(home)}
+    assert rayjobs_cli("local", "start", env=env).returncode == 0
+    r = rayjobs_submit("-m", "+exp=fake_ppo", "+fake.steps=1,2", cwd=workdir, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    jobs = r.stdout.split()
+    for j in jobs:
+        wait_until(lambda j=j: _queue_view(home, j), 120, f"{j} to end", every=0.3)
+    sweep = jobs[0].rsplit("-", 1)[0]
+    assert rayjobs_cli("list", "--keep", env=env).returncode == 0  # the local record keeps their final copies
+    assert rayjobs_cli("local", "stop", env=env, timeout=60).returncode == 0
+    assert not _head_procs(home)
+    reads = {("list",): 0, ("status", jobs[0]): 0, ("logs", jobs[0]): 0, ("tail", jobs[0]): 0, ("usage",): 0,
+             ("plot", "--sweep", sweep, "-o", "c.png"): 0, ("compare", "--sweep", sweep): 0, ("cluster",): 2}
+    for args, code in reads.items():
+        r = rayjobs_cli(*args, env=env, cwd=workdir, timeout=60)
+        said = [ln for ln in r.stderr.splitlines() if "the embedded local head is not running" in ln]
+        assert r.returncode == code and len(said) == 1 and "`rayjobs local start` starts it" in said[0], (args, r.stderr)
+        assert not (home / "local" / "head.json").exists() and not _head_procs(home), (args, "started the head")
+    listed = rayjobs_cli("list", "--json", env=env)
+    assert {row["id"]: row["status"] for row in json.loads(listed.stdout)} == {j: "SUCCEEDED" for j in jobs}
+    # a command that needs the head starts it, and says so in one line
+    stop = rayjobs_cli("stop", jobs[0], env=env, timeout=180)
+    assert stop.returncode == 0 and f"{jobs[0]} SUCCEEDED" in stop.stdout, stop.stdout + stop.stderr
+    assert "the embedded local head is not running: starting it" in stop.stderr, stop.stderr
+    assert (home / "local" / "head.json").exists() and _head_procs(home)
+
+
+# --------------------------------------------------------------------------- pure (no Ray)
+def test_a_read_gets_local_head_down_and_never_starts_it(tmp_path, monkeypatch, capsys):
+    from rayjobs.client import connection
+    from rayjobs.errors import ClusterUnreachable
+    from rayjobs.views.localrows import head_down_line
+
+    monkeypatch.setenv("RAYJOBS_HOME", str(tmp_path / "home"))
+    for var in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS"):
+        monkeypatch.delenv(var, raising=False)
+    started: list[bool] = []
+    monkeypatch.setattr(embedded, "start", lambda *a, **k: started.append(True))
+    with pytest.raises(connection.LocalHeadDown) as e:
+        connection.connect(start=False)
+    assert isinstance(e.value, ClusterUnreachable) and not started and capsys.readouterr().err == ""
+    assert str(e.value) == "the embedded local head is not running; `rayjobs local start` starts it"
+    assert head_down_line(e.value, "showing X") == ("the embedded local head is not running: showing X; "
+                                                    "`rayjobs local start` starts it")
+    assert head_down_line(ClusterUnreachable("gone"), "showing X") is None
+    monkeypatch.setenv(embedded.NO_LOCAL_ENV, "1")  # a command that needs the head, where none may start
+    with pytest.raises(ClusterUnreachable, match="forbids starting"):
+        connection.connect(start=True)
+    assert not started and "starting it" not in capsys.readouterr().err

@@ -108,13 +108,15 @@ def _kept_log(job_id: str, e: Exception, *, lines: Optional[int], as_json: bool,
     from rayjobs.submit import ledger
     from rayjobs.views import logparse, steplog
     from rayjobs.views.jobtail import EXIT_CODES
+    from rayjobs.views.localrows import head_down_line
 
     row = api.recorded_row(job_id, "", gone=True)
     kept = ledger.kept_log_tail(row["id"])
     if kept is None:
         raise e
+    what = f"the end of {row['id']}'s log kept in the local record"
     why = "cluster unreachable" if isinstance(e, ClusterUnreachable) else f"{row['id']} is not on the cluster"
-    _say(f"{why}: the end of {row['id']}'s log kept in the local record. {e}")
+    _say(head_down_line(e, what) or f"{why}: {what}. {e}")
     text = kept.decode("utf-8", "replace")
     if as_json:
         sys.stdout.write("".join(steplog.dumps(r) + "\n" for r in steplog.kept_records(row, text, tail=lines)))
@@ -144,20 +146,23 @@ STATUS_FIELDS = ("status", "experiment", "sweep", "label", "overrides", "priorit
 def status_cmd(job_id: str, as_json: bool, address: Optional[str]) -> None:
     """Show one job: status, attempt, progress, latest metrics, W&B run.
 
-    An ended job's final state is kept in the local record; while its cluster cannot be reached,
-    that copy (or what was last seen of the job) is shown, marked, exit 0.
+    An ended job's final state is kept in the local record; while its cluster cannot be reached (or
+    the embedded local head is stopped: a read never starts it), that copy (or what was last seen
+    of the job) is shown, marked, exit 0.
     """
 
     def go() -> int:
         from rayjobs import api
         from rayjobs.errors import ClusterUnreachable, NoSuchJob
+        from rayjobs.views.localrows import head_down_line
 
         try:
-            d = _open(address)
+            d = _open(address, start=False)  # a read: a stopped embedded head stays stopped
         except ClusterUnreachable as e:
             row = api.recorded_row(job_id, "", gone=True)
-            what = "its final state kept here" if row.get("final") else "what was last seen of it (cluster gone)"
-            _say(f"cluster unreachable: {row['id']} from the local record, {what}. {e}")
+            what = f"{row['id']} from the local record, " + \
+                ("its final state kept here" if row.get("final") else "what was last seen of it (cluster gone)")
+            _say(head_down_line(e, what) or f"cluster unreachable: {what}. {e}")
         else:
             try:
                 row = api.Job.find(job_id, dashboard=d).row()
@@ -186,8 +191,9 @@ def list_cmd(sweep: Optional[str], statuses: tuple[str, ...], experiment: Option
              include_all: bool, keep: bool, address: Optional[str]) -> None:
     """List jobs (oldest first): id, experiment, overrides, status, attempt, GPUs, age, step, score.
 
-    While the cluster cannot be reached: its jobs from the local record (STATUS* = the final state
-    kept here; "(cluster gone)" = last seen, may have changed), exit 0.
+    While the cluster cannot be reached, or the embedded local head is stopped (a read never starts
+    it): its jobs from the local record at once (STATUS* = the final state kept here; "(cluster
+    gone)" = last seen, may have changed), exit 0.
     """
 
     def go() -> int:
