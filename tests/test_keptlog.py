@@ -51,7 +51,11 @@ def test_what_is_shown_of_an_ended_jobs_log_in_order_whole_storage_record(tmp_pa
     log, run_dir = _log(tmp_path, n=50), tmp_path / "runs" / "r1"
     run_dir.mkdir(parents=True)
     job = _job(run_dir)
-    assert joblog.kept_log(job) is None  # nothing kept anywhere
+    assert joblog.kept_log(job) is None  # nothing kept anywhere: said, never "yet"
+    assert joblog.nothing_kept(job).endswith("and no copy of it is readable here")
+    remote = _job(tmp_path / "not" / "mounted" / "here")
+    assert joblog.nothing_kept(remote).endswith(f"its runner keeps the end on the cluster's storage root: "
+                                                f"{tmp_path}/not/mounted/here/log.j1.tail")
     ledger.keep_final("j1", {"id": "j1", "status": "FAILED"}, log_tail=b"the laptop's copy\n", metrics=None,
                       metrics_from=None)
     rec = joblog.kept_log(job)

@@ -75,7 +75,12 @@ def logs_cmd(job_id: str, lines: Optional[int], follow: bool, as_json: bool, add
             return _kept_log(job_id, e, lines=lines, as_json=as_json)
         if follow:
             return job.tail(live=False, lines=-1 if lines is None else lines, as_json=as_json)
-        wrote = False
+        wrote, said = False, []
+
+        def say(msg: str) -> None:
+            said.append(msg)
+            _say(msg)
+
         if as_json:
             from rayjobs.views.steplog import dumps
 
@@ -83,17 +88,16 @@ def logs_cmd(job_id: str, lines: Optional[int], follow: bool, as_json: bool, add
                 sys.stdout.write(dumps(rec) + "\n")
                 wrote = True
         else:
-            for text in job.iter_logs(tail=lines, clean=not sys.stdout.isatty(), say=_say):
+            for text in job.iter_logs(tail=lines, clean=not sys.stdout.isatty(), say=say):
                 sys.stdout.write(text)
                 wrote = wrote or bool(text)
         sys.stdout.flush()
         if not wrote:
             status = job.status()
-            if status in TERMINAL:  # it ended: nothing more is coming
-                _say(f"{job.job_id} {status}: no log of it is left to show (Ray no longer serves it and "
-                     f"nothing of it was kept)" if lines != 0 else f"{job.job_id} {status}")
-            else:
+            if status not in TERMINAL:
                 _say(f"{job.job_id} has no {'step yet' if as_json else 'log yet'} ({status})")
+            elif not said and lines != 0:  # it ended: nothing more is coming (what is left was said)
+                _say(f"{job.job_id} {status}: its log is empty")
         return 0
 
     _exit(run_cli(_pipe_safe(go)))

@@ -16,13 +16,9 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
-
-from rayjobs.contract.files import write_atomic
-from rayjobs.contract.paths import KEPT_NOTE, kept_log
 
 HEAD_BYTES = 256 << 10  #: verl's start-up lines (the step total comes before the first step)
 TAIL_BYTES = 2 << 20  #: the end of the attempt: last steps and the traceback
@@ -113,6 +109,11 @@ def keep_tail(log: Optional[Path], run_dir: Optional[str], job_id: str) -> Optio
     refused it: the job's own outcome never depends on it)."""
     if log is None or not run_dir or not job_id:
         return None
+    import socket  # here: a runner held in the queue's standby imports only what it needs to wait
+
+    from rayjobs.contract.files import write_atomic
+    from rayjobs.contract.paths import KEPT_NOTE, kept_log
+
     try:
         with log.open("rb") as f:
             size = f.seek(0, os.SEEK_END)

@@ -140,12 +140,26 @@ def kept_log(job: Any, *, whole: bool = True) -> Optional[Kept]:
     return None
 
 
+def nothing_kept(job: Any) -> str:
+    """One line for an ended job none of whose log is readable here: where its end may still be."""
+    from rayjobs.contract import paths
+    from rayjobs.views.jobfields import job_id, meta
+
+    jid, run_dir = job_id(job), meta(job).get("run_dir")
+    line = f"Ray no longer serves {jid}'s log (the head's Ray restarted since it ran) and no copy of it is readable here"
+    if run_dir and not os.path.isdir(run_dir):  # the cluster's storage root, not mounted here
+        line += f"; its runner keeps the end on the cluster's storage root: {paths.kept_log(run_dir, jid)}"
+    return line
+
+
 def kept_chunks(job: Any, tail: Optional[int], clean: bool, say: Say = None) -> Iterator[str]:
     """:func:`kept_log`'s text (the last ``tail`` lines), in chunks; ``say`` is told where it is from."""
     from rayjobs.views import logparse
 
     kept = kept_log(job)
     if kept is None:
+        if say:
+            say(nothing_kept(job))
         return
     if say:
         say(kept.note())
