@@ -146,3 +146,30 @@ def test_finished_jobs_outlive_rays_job_table(clusters, workdir):
     assert logs.returncode == 0 and "step:3 - " in logs.stdout, logs.stderr
     t = cli_on(c, "tail", sid)
     assert t.returncode == 0 and "step:3 - " in t.stdout and "from the queue's history" in t.stderr
+
+
+def test_an_ended_jobs_log_is_shown_after_a_restart_of_the_heads_ray(fresh_clusters, workdir):
+    """Jobs that ended before the head's Ray restarted: Ray serves only the new session's logs, and
+    this laptop kept nothing of them. `logs`/`tail` show the whole log (its file is readable here)
+    and, once that is gone too, the end its runner kept on the storage root, saying where the whole
+    log stays; `status` of the FAILED one keeps its failures and error (issue 45 item 1)."""
+    from rayjobs.submit import ledger
+
+    c = fresh_clusters.get(((2, 6),), fresh=True)
+    ok = send_on(c, *WHOLE, "+fake.steps=3")
+    bad = send_on(c, *WHOLE, "+fake.config_error=true")
+    assert (wait_done(c, ok, timeout=120), wait_done(c, bad, timeout=120)) == ("SUCCEEDED", "FAILED")
+    assert ledger.kept(ok) is None and ledger.kept(bad) is None
+    c.stop()
+    c.start()
+    logs = cli_on(c, "logs", ok)
+    assert logs.returncode == 0 and "step:3 - " in logs.stdout and "yet" not in logs.stderr, logs.stdout + logs.stderr
+    assert f"its whole log is read from {c.root}/ray0/session_" in logs.stderr, logs.stderr
+    st = cli_on(c, "status", bad)
+    assert "\nfailures: \n  attempt 1: config error" in st.stdout and "\nerror: " in st.stdout, st.stdout + st.stderr
+    for f in (c.root / "ray0").glob(f"session_*/logs/job-driver-{ok}.log"):
+        f.unlink()  # as on a head machine replaced: only the storage root is left
+    t = cli_on(c, "tail", ok)
+    assert t.returncode == 0 and "step:3 - " in t.stdout, t.stdout + t.stderr
+    assert re.search(rf"the last \d+ lines its runner kept on the storage root \(/\S+/runs/\S+/log\.{ok}\.tail\)", t.stderr), t.stderr
+    assert f"the whole log stays at {c.root}/ray0/session_" in t.stderr and "from the queue's history" in t.stderr

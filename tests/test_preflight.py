@@ -275,25 +275,43 @@ def _prepared(*overrides: str):
 
 def test_cluster_fit_waits_are_notes_and_never_fitting_is_refused(workdir, capsys):
     two_nodes = [(0, 2, 0, 8), (2, 2, 6, 8)]  # one node busy
+    refuse = "rayjobs.wait_for_capacity=false"  # the tests' preset waits (the embedded test head has no GPUs)
     d = StubDashboard("2.60.0", two_nodes)
-    checks.check_cluster(d, _prepared("trainer.n_gpus_per_node=2"))
+    checks.check_cluster(d, _prepared("trainer.n_gpus_per_node=2", refuse))
     assert d.asked == ["use"]  # the cluster's state is read once per submit
     # 2 x 2 fits the cluster, but not while one node is busy: a queue wait, not an error.
-    checks.check_cluster(StubDashboard("2.60.0", two_nodes), _prepared("trainer.n_gpus_per_node=2", "trainer.nnodes=2"))
+    checks.check_cluster(StubDashboard("2.60.0", two_nodes), _prepared("trainer.n_gpus_per_node=2", "trainer.nnodes=2", refuse))
     assert "do not fit the free capacity now and wait in the queue" in capsys.readouterr().err
-    # 4 GPUs on one node: no node has them. Refused in one line, nothing submitted.
-    with pytest.raises(checks.ConfigError) as e:
-        checks.check_cluster(StubDashboard("2.60.0", two_nodes), _prepared("trainer.n_gpus_per_node=4"))
-    assert "\n" not in str(e.value) and "can never run on the cluster at http://h:8265" in str(e.value)
+    # 4 GPUs on one node: no node has them; 3 nodes of 2: the cluster has 2. Refused in one line, nothing submitted.
+    for shape in (("trainer.n_gpus_per_node=4",), ("trainer.n_gpus_per_node=2", "trainer.nnodes=3")):
+        with pytest.raises(checks.ConfigError) as e:
+            checks.check_cluster(StubDashboard("2.60.0", two_nodes), _prepared(*shape, refuse))
+        assert "\n" not in str(e.value) and "can never run on the cluster at http://h:8265" in str(e.value)
+        assert str(e.value).endswith("or set rayjobs.wait_for_capacity=true if the cluster will grow to fit it")
     # The resource view lags a node that just joined: the state API's node list has it, so no refusal.
     d = StubDashboard("2.60.0", two_nodes, alive=[(2, 8), (2, 8), (4, 16)])
-    checks.check_cluster(d, _prepared("trainer.n_gpus_per_node=4"))
+    checks.check_cluster(d, _prepared("trainer.n_gpus_per_node=4", refuse))
     assert d.asked == ["use", "nodes"]
+    # A cluster that will grow (rayjobs.wait_for_capacity=true): queued, with a note.
+    capsys.readouterr()
+    checks.check_cluster(StubDashboard("2.60.0", two_nodes), _prepared("trainer.n_gpus_per_node=4"))
+    assert "1 of 1 job(s) do not fit the cluster as it is now and are queued for the capacity it will have" \
+        in capsys.readouterr().err
 
 
-def test_cluster_without_gpus_is_not_enforced(workdir, capsys):
-    checks.check_cluster(StubDashboard("2.60.0", [(0, 0, 0, 2)]), _prepared("trainer.n_gpus_per_node=4"))
-    assert "the cluster has no GPUs; the jobs' GPU demand is not enforced" in capsys.readouterr().err
+def test_a_gpu_job_on_a_cluster_without_gpus_is_refused_unless_it_waits_for_capacity(workdir, capsys):
+    no_gpus = [(0, 0, 0, 2)]
+    with pytest.raises(checks.ConfigError) as e:
+        checks.check_cluster(StubDashboard("2.60.0", no_gpus), _prepared("trainer.n_gpus_per_node=4",
+                                                                        "rayjobs.wait_for_capacity=false"))
+    assert "\n" not in str(e.value) and "it needs 1 group of 4 GPU + 12 CPU on one node, but the cluster has no GPUs; " \
+        "run it on a cluster with GPUs" in str(e.value), str(e.value)
+    checks.check_cluster(StubDashboard("2.60.0", no_gpus), _prepared("trainer.n_gpus_per_node=4",
+                                                                    "rayjobs.wait_for_capacity=true"))
+    err = capsys.readouterr().err
+    assert "but the cluster has no GPUs" in err and "need GPU nodes to join" in err, err
+    checks.check_cluster(StubDashboard("2.60.0", no_gpus), _prepared("trainer.n_gpus_per_node=0",
+                                                                    "rayjobs.wait_for_capacity=false"))  # no GPUs asked
 
 
 def test_cluster_ray_version_mismatch(workdir):

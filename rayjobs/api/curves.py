@@ -88,15 +88,17 @@ def _curve_jobs(job_ids: Sequence[str], sweep: Optional[str], address: Optional[
     from rayjobs.client.dashboard import resolve_prefix
     from rayjobs.errors import ClusterUnreachable
     from rayjobs.views import jobrows, localrows, queuestatus
+    from rayjobs.views.localrows import head_down_line
 
     try:
-        d: Optional["Dashboard"] = connect(address)
+        d: Optional["Dashboard"] = connect(address, start=False)  # a read
     except ClusterUnreachable as e:
         d = None
         sweep = jobrows.resolve_sweep(sweep, []) if sweep else None  # against the local record
         rows = localrows.unreachable_rows(address, sweep, e, say) if sweep else []
         if say and not sweep:
-            say(f"cluster unreachable: plotting from the metrics kept in the local record. {e}")
+            what = "plotting from the metrics kept in the local record"
+            say(head_down_line(e, what) or f"cluster unreachable: {what}. {e}")
         rows += [recorded_row(j, "", gone=True) for j in job_ids]
         jobs = localrows.as_local_jobs(rows)
     else:

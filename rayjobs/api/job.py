@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
 from rayjobs.contract.status import TERMINAL
 from rayjobs.errors import NoSuchJob
@@ -12,11 +12,13 @@ if TYPE_CHECKING:
     from rayjobs.client.dashboard import Dashboard
 
 
-def connect(address: Optional[str]) -> "Dashboard":
-    """A client of the cluster at ``address`` (else the settings' precedence), reachable."""
+def connect(address: Optional[str], *, start: bool = True) -> "Dashboard":
+    """A client of the cluster at ``address`` (else the settings' precedence), reachable. ``start``:
+    start the embedded local head if it is the target and not running (saying so); a read passes
+    False and gets :class:`rayjobs.client.connection.LocalHeadDown` (a ``ClusterUnreachable``)."""
     from rayjobs.client.connection import connect as _connect
 
-    return _connect(address)
+    return _connect(address, start=start)
 
 
 class Job:
@@ -44,10 +46,11 @@ class Job:
         Raises:
             NoSuchJob: no job on the cluster matches (the closest ids are named).
             JobNotFound: several match.
+            ClusterUnreachable: no cluster answers (a stopped embedded head is not started: a read).
         """
         from rayjobs.client.dashboard import resolve_prefix
 
-        d = dashboard or connect(address)
+        d = dashboard or connect(address, start=False)
         if d.queue.job(prefix) is not None:  # a whole id: one GET
             return cls(prefix, dashboard=d)
         from rayjobs.views import queuestatus
@@ -56,9 +59,10 @@ class Job:
 
     @property
     def dashboard(self) -> "Dashboard":
-        """The client of this job's cluster (connected on first use)."""
+        """The client of this job's cluster (connected on first use; reads never start a stopped
+        embedded head: :class:`rayjobs.client.connection.LocalHeadDown`)."""
         if self._d is None:
-            self._d = connect(self._address)
+            self._d = connect(self._address, start=False)
         return self._d
 
     def row(self, *, progress: bool = True) -> dict[str, Any]:
@@ -109,15 +113,18 @@ class Job:
                 raise TimeoutError(f"{self.job_id} is still {status} after {timeout:g} s")
             time.sleep(poll)
 
-    def iter_logs(self, *, tail: Optional[int] = None, clean: bool = True) -> Iterator[str]:
+    def iter_logs(self, *, tail: Optional[int] = None, clean: bool = True,
+                  say: Optional[Callable[[str], None]] = None) -> Iterator[str]:
         """The log as it is now (``tail``: only the last N lines), in chunks; ``clean``: no ANSI codes.
 
-        A job pruned from Ray's table is read from where the queue recorded its log; a waiting job
-        has none yet.
+        A job pruned from Ray's table is read from where the queue recorded its log; an ended job
+        whose log Ray no longer serves (the head's Ray restarted since), from what was kept of it
+        (its whole log file where readable here, else the end its runner kept on the storage root,
+        else the local record's copy; ``say`` is told which, in one line); a waiting job has none yet.
         """
         from rayjobs.views import joblog
 
-        return joblog.iter_log(self.dashboard, self.job_id, tail=tail, clean=clean)
+        return joblog.iter_log(self.dashboard, self.job_id, tail=tail, clean=clean, say=say)
 
     def logs(self, *, tail: Optional[int] = None, clean: bool = True) -> str:
         """The log as one string (see :meth:`iter_logs`)."""
@@ -164,7 +171,8 @@ class Job:
         ``wait`` seconds. ``at_checkpoint``: once its next checkpoint is saved (at most ``timeout`` s)."""
         from rayjobs.api.stopping import stop_jobs
 
-        return stop_jobs([self.job_id], wait=wait, dashboard=self.dashboard, at_checkpoint=at_checkpoint,
+        self._d = self._d or connect(self._address)  # a stop may start the embedded head (it says so)
+        return stop_jobs([self.job_id], wait=wait, dashboard=self._d, at_checkpoint=at_checkpoint,
                          timeout=timeout)[self.job_id]
 
 

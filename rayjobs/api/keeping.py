@@ -123,18 +123,25 @@ def keep_listed(pairs: list[tuple[dict[str, Any], Any]], dash: "Dashboard", tail
 
 
 def _fetch_tail(dash: Any, job: Any) -> Optional[bytes]:
-    """The end of an ended job's driver log: from Ray, or by its file name once Ray pruned it."""
+    """The end of an ended job's driver log: from Ray, or by its file name once Ray pruned it, or --
+    Ray no longer serves it (the head's Ray restarted) -- the end its runner kept on the storage root."""
     from rayjobs.submit import ledger
+    from rayjobs.views import joblog
 
     node, jid = field(job, "driver_node_id"), str(field(job, "submission_id"))
-    if not node or dash is None:
-        return None
-    try:
-        if field(job, "from_queue"):
-            return dash.node_file(node, f"job-driver-{jid}.log", ledger.TAIL_LINES)
-        return dash.log_tail(jid, node, ledger.TAIL_LINES, max_bytes=8 << 20)
-    except Exception:  # noqa: BLE001  (a dead node, a restarting dashboard: keep the row without it)
-        return None
+    got = None
+    if node and dash is not None:
+        try:
+            if field(job, "from_queue"):
+                got = dash.node_file(node, f"job-driver-{jid}.log", ledger.TAIL_LINES)
+            else:
+                got = dash.log_tail(jid, node, ledger.TAIL_LINES, max_bytes=8 << 20)
+        except Exception:  # noqa: BLE001  (a dead node, a restarting dashboard: keep the row without it)
+            got = None
+    if got is None and field(job, "from_queue"):
+        kept = joblog.kept_log(job, whole=False)
+        got = kept.text.encode() if kept is not None and kept.source == "storage" else None
+    return got
 
 
 def history_jsonl(history: dict[int, dict[str, float]]) -> bytes:

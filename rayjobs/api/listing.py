@@ -20,8 +20,9 @@ def list_jobs(*, sweep: Optional[str] = None, statuses: Sequence[str] = (), expe
     An ended job's final state, log tail and metrics are kept in the local record as the list
     reads them (``$RAYJOBS_HOME/runs/<id>/final.json``, once per job); ``keep``: of every ended
     job now, metrics read from the logs where the run dirs are not readable here (``rayjobs down``
-    does this before the teardown). When the cluster cannot be reached, the rows are the local
-    record's (``source`` "local"; ``final`` false for a job never seen ended) and ``say`` is told.
+    does this before the teardown). When the cluster cannot be reached (a stopped embedded head is
+    not started), the rows are the local record's (``source`` "local"; ``final`` false for a job
+    never seen ended) and ``say`` is told.
 
     Raises:
         ConfigError: an unknown status or experiment. ClusterUnreachable: with ``keep``, no cluster.
@@ -31,7 +32,7 @@ def list_jobs(*, sweep: Optional[str] = None, statuses: Sequence[str] = (), expe
 
     wanted = jobrows.parse_statuses(statuses)
     try:
-        d = connect(address)
+        d = connect(address, start=False)  # a read: a stopped embedded head stays stopped
     except ClusterUnreachable as e:
         if keep:
             raise

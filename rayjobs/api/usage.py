@@ -43,7 +43,7 @@ def usage(*, user: Optional[str] = None, sweep: Optional[str] = None, since: Opt
 
     Raises:
         ConfigError: a bad ``since``. ClusterUnreachable: no cluster answers and the local record
-        has no usage of it.
+        has no usage of it (a stopped embedded head is not started: the record's answer, empty or not).
     """
     from rayjobs.client.connection import connect
     from rayjobs.errors import ClusterUnreachable
@@ -51,7 +51,7 @@ def usage(*, user: Optional[str] = None, sweep: Optional[str] = None, since: Opt
 
     t = since_ts(since)
     try:
-        d = connect(address, address_from="--address", quiet=True)
+        d = connect(address, address_from="--address", quiet=True, start=False)  # a read
         doc = d.queue.usage(user=user, sweep=sweep, since=t)
     except ClusterUnreachable as e:
         return _from_record(address, user, sweep, t, e, say)
@@ -69,12 +69,15 @@ def _from_record(address: Optional[str], user: Optional[str], sweep: Optional[st
     from rayjobs import settings
     from rayjobs.submit import ledger
     from rayjobs.views import usagerecord
+    from rayjobs.views.localrows import head_down_line
 
     rows = ledger.usage_rows(settings.resolve_target(address).key)
-    if not rows:
+    if not rows and not head_down_line(err, ""):  # a stopped embedded head: an empty answer, said so
         raise err
     doc = usagerecord.from_record(rows, user=user, sweep=sweep, since=since)
     if say:
         when = datetime.fromtimestamp(doc["at"]).astimezone().isoformat(timespec="seconds") if doc["at"] else "?"
-        say(f"{err}; the usage below is the local record's, as of {when} (jobs since then are not in it)")
+        what = f"the usage below is the local record's, as of {when} (jobs since then are not in it)" if rows \
+            else "the local record keeps no usage of it"
+        say(head_down_line(err, what) or f"{err}; {what}")
     return doc

@@ -16,11 +16,12 @@ def _say(msg: str) -> None:
     click.echo(f"rayjobs: {msg}", err=True)
 
 
-def _open(address: Optional[str]) -> Any:
-    """The :class:`~rayjobs.client.dashboard.Dashboard` for ``address`` (the settings' if None)."""
+def _open(address: Optional[str], start: bool = True) -> Any:
+    """The :class:`~rayjobs.client.dashboard.Dashboard` for ``address`` (the settings' if None);
+    ``start``: start a stopped embedded head (False for a read: ``LocalHeadDown``)."""
     from rayjobs.client.connection import connect
 
-    return connect(address)
+    return connect(address, start=start)
 
 
 def _exit(code: int) -> None:

@@ -75,7 +75,12 @@ def logs_cmd(job_id: str, lines: Optional[int], follow: bool, as_json: bool, add
             return _kept_log(job_id, e, lines=lines, as_json=as_json)
         if follow:
             return job.tail(live=False, lines=-1 if lines is None else lines, as_json=as_json)
-        wrote = False
+        wrote, said = False, []
+
+        def say(msg: str) -> None:
+            said.append(msg)
+            _say(msg)
+
         if as_json:
             from rayjobs.views.steplog import dumps
 
@@ -83,12 +88,16 @@ def logs_cmd(job_id: str, lines: Optional[int], follow: bool, as_json: bool, add
                 sys.stdout.write(dumps(rec) + "\n")
                 wrote = True
         else:
-            for text in job.iter_logs(tail=lines, clean=not sys.stdout.isatty()):
+            for text in job.iter_logs(tail=lines, clean=not sys.stdout.isatty(), say=say):
                 sys.stdout.write(text)
                 wrote = wrote or bool(text)
         sys.stdout.flush()
         if not wrote:
-            _say(f"{job.job_id} has no {'step yet' if as_json else 'log yet'} ({job.status()})")
+            status = job.status()
+            if status not in TERMINAL:
+                _say(f"{job.job_id} has no {'step yet' if as_json else 'log yet'} ({status})")
+            elif not said and lines != 0:  # it ended: nothing more is coming (what is left was said)
+                _say(f"{job.job_id} {status}: its log is empty")
         return 0
 
     _exit(run_cli(_pipe_safe(go)))
@@ -103,13 +112,15 @@ def _kept_log(job_id: str, e: Exception, *, lines: Optional[int], as_json: bool,
     from rayjobs.submit import ledger
     from rayjobs.views import logparse, steplog
     from rayjobs.views.jobtail import EXIT_CODES
+    from rayjobs.views.localrows import head_down_line
 
     row = api.recorded_row(job_id, "", gone=True)
     kept = ledger.kept_log_tail(row["id"])
     if kept is None:
         raise e
+    what = f"the end of {row['id']}'s log kept in the local record"
     why = "cluster unreachable" if isinstance(e, ClusterUnreachable) else f"{row['id']} is not on the cluster"
-    _say(f"{why}: the end of {row['id']}'s log kept in the local record. {e}")
+    _say(head_down_line(e, what) or f"{why}: {what}. {e}")
     text = kept.decode("utf-8", "replace")
     if as_json:
         sys.stdout.write("".join(steplog.dumps(r) + "\n" for r in steplog.kept_records(row, text, tail=lines)))
@@ -139,20 +150,23 @@ STATUS_FIELDS = ("status", "experiment", "sweep", "label", "overrides", "priorit
 def status_cmd(job_id: str, as_json: bool, address: Optional[str]) -> None:
     """Show one job: status, attempt, progress, latest metrics, W&B run.
 
-    An ended job's final state is kept in the local record; while its cluster cannot be reached,
-    that copy (or what was last seen of the job) is shown, marked, exit 0.
+    An ended job's final state is kept in the local record; while its cluster cannot be reached (or
+    the embedded local head is stopped: a read never starts it), that copy (or what was last seen
+    of the job) is shown, marked, exit 0.
     """
 
     def go() -> int:
         from rayjobs import api
         from rayjobs.errors import ClusterUnreachable, NoSuchJob
+        from rayjobs.views.localrows import head_down_line
 
         try:
-            d = _open(address)
+            d = _open(address, start=False)  # a read: a stopped embedded head stays stopped
         except ClusterUnreachable as e:
             row = api.recorded_row(job_id, "", gone=True)
-            what = "its final state kept here" if row.get("final") else "what was last seen of it (cluster gone)"
-            _say(f"cluster unreachable: {row['id']} from the local record, {what}. {e}")
+            what = f"{row['id']} from the local record, " + \
+                ("its final state kept here" if row.get("final") else "what was last seen of it (cluster gone)")
+            _say(head_down_line(e, what) or f"cluster unreachable: {what}. {e}")
         else:
             try:
                 row = api.Job.find(job_id, dashboard=d).row()
@@ -181,8 +195,9 @@ def list_cmd(sweep: Optional[str], statuses: tuple[str, ...], experiment: Option
              include_all: bool, keep: bool, address: Optional[str]) -> None:
     """List jobs (oldest first): id, experiment, overrides, status, attempt, GPUs, age, step, score.
 
-    While the cluster cannot be reached: its jobs from the local record (STATUS* = the final state
-    kept here; "(cluster gone)" = last seen, may have changed), exit 0.
+    While the cluster cannot be reached, or the embedded local head is stopped (a read never starts
+    it): its jobs from the local record at once (STATUS* = the final state kept here; "(cluster
+    gone)" = last seen, may have changed), exit 0.
     """
 
     def go() -> int:

@@ -9,6 +9,7 @@ they share these paths. Layout::
     <storage>/runs/<project>/<run>/
         metrics.<attempt>.jsonl                               verl's file logger, one file per attempt
         stop-at-checkpoint.json                               a request to stop after the next checkpoint
+        log.<job id>.tail                                     the end of a job's driver log, kept by its runner
 """
 
 from __future__ import annotations
@@ -67,3 +68,21 @@ def attempt_of(path: Path) -> Optional[int]:
     """The attempt number of a metrics file's name (None for another file)."""
     m = _METRICS.match(Path(path).name)
     return int(m.group(1)) if m else None
+
+
+#: The first line of a kept log's end (:func:`kept_log`): how much it holds and where the whole log stays.
+KEPT_NOTE = "[rayjobs] kept on the storage root: the last {lines} lines of this job's log ({size} bytes in all); " \
+            "the whole log: {path} on {host}"
+_WHOLE = re.compile(r"^\[rayjobs\] kept on the storage root: .*; the whole log: (?P<path>\S+) on (?P<host>\S+)\s*$", re.M)
+
+
+def kept_log(run_dir: str, job_id: str) -> Path:
+    """Where a job's runner keeps the end of its driver log when the job ends. It outlives the
+    head's Ray session, whose log dir (and so the job's log) a restarted head no longer serves."""
+    return Path(run_dir) / f"log.{job_id}.tail"
+
+
+def whole_log_of(kept: str) -> Optional[tuple[str, str]]:
+    """(path, host) of the whole log a kept log's end names in its first line, or None."""
+    m = _WHOLE.search(kept[:4096])
+    return (m.group("path"), m.group("host")) if m else None

@@ -6,6 +6,9 @@ runner finds the log through its own stdout (``/proc/self/fd/1``) and reads, aft
 only what that attempt appended: the start (verl prints ``Total training steps: N`` early) and the
 end (the last steps, the traceback), each bounded, so a log of millions of lines costs the same
 few MB. The metrics file (verl's file logger, one JSON line per step) gives the last step too.
+
+When the job ends, its runner keeps the log's end on the storage root (:func:`keep_tail`): a head
+whose Ray restarts serves only its new session's logs, and the storage root outlives it.
 """
 
 from __future__ import annotations
@@ -22,6 +25,10 @@ TAIL_BYTES = 2 << 20  #: the end of the attempt: last steps and the traceback
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 TOTAL = re.compile(r"Total training steps: (\d+)")
 STEP = re.compile(r"(?:^|[\s|\r])step:(\d+) - ")
+KEPT_BYTES = 1 << 20  #: the most of a job's log its runner keeps on the storage root ...
+KEPT_LINES = 2000  #: ... in lines
+#: lines of the log's start worth keeping when the kept end lacks them: the step total, the W&B run
+HEAD_FACTS = ("Total training steps", "wandb.ai")
 
 
 @dataclass(frozen=True)
@@ -92,3 +99,35 @@ def read_attempt(log: Optional[Path], start: int, metrics: Optional[Path]) -> At
     steps = [int(s) for s in STEP.findall(tail)]
     last = max([s for s in (max(steps, default=None), last_metrics_step(metrics)) if s is not None], default=None)
     return AttemptLog(int(m.group(1)) if m else None, last, tail)
+
+
+def keep_tail(log: Optional[Path], run_dir: Optional[str], job_id: str) -> Optional[Path]:
+    """Keep the end of this job's driver log ``log`` (the last :data:`KEPT_LINES` lines, at most
+    :data:`KEPT_BYTES`) at :func:`rayjobs.contract.paths.kept_log`, written atomically: first a line
+    saying where the whole log stays, then the lines of the log's start the end lacks (the step
+    total, the W&B run), then the end. The kept file, or None (no log file, no run dir, a disk that
+    refused it: the job's own outcome never depends on it)."""
+    if log is None or not run_dir or not job_id:
+        return None
+    import socket  # here: a runner held in the queue's standby imports only what it needs to wait
+
+    from rayjobs.contract.files import write_atomic
+    from rayjobs.contract.paths import KEPT_NOTE, kept_log
+
+    try:
+        with log.open("rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(0)
+            head = f.read(min(HEAD_BYTES, size))
+            f.seek(max(0, size - KEPT_BYTES))
+            end = f.read()
+        lines = end.splitlines(keepends=True)[1 if size > KEPT_BYTES else 0:][-KEPT_LINES:]
+        tail = ANSI.sub("", b"".join(lines).decode("utf-8", "replace"))
+        facts = [ln for ln in ANSI.sub("", head.decode("utf-8", "replace")).splitlines()
+                 if any(k in ln for k in HEAD_FACTS) and ln not in tail][:2]
+        note = KEPT_NOTE.format(lines=len(lines), size=size, path=log, host=socket.gethostname())
+        dest = kept_log(run_dir, job_id)
+        write_atomic(dest, "".join(x + "\n" for x in [note, *facts]).encode() + tail.encode())
+        return dest
+    except OSError:
+        return None

@@ -236,7 +236,14 @@ def main(argv: Optional[list[str]] = None) -> int:
         # two times: the queue's decision, and this runner's own start (Ray's job start in between)
         log(f"admitted after {meta.get('waited_s', '?')} s at {meta['admitted_at']}, running from {stamp()}: "
             f"{describe_demand(meta)}{note}")
-    return run_attempts(argv, meta, base_env, start_dir())
+    code = run_attempts(argv, meta, base_env, start_dir())
+    keep_log(meta)
+    return code
+
+
+def keep_log(meta: dict[str, Any]) -> None:
+    """The end of this job's log, kept on the storage root: it outlives the head's Ray session."""
+    attemptlog.keep_tail(attemptlog.own_log(), meta.get("run_dir"), str(meta.get("job_submission_id") or ""))
 
 
 #: A pre-started runner gives up after this long (the queue then starts the job cold at admission).
@@ -322,6 +329,7 @@ def run_attempts(argv: list[str], meta: dict[str, Any], base_env: dict[str, str]
         log(f"attempt finished with exit code {att.code} after {time.monotonic() - started:.1f} s at {stamp()}")
         if att.stopped:
             if att.ray_stop_due:
+                keep_log(meta)  # Ray's stop ends this process
                 await_ray_stop()
             return exit_code(att.code)
         metrics = Path(env["VERL_FILE_LOGGER_PATH"]) if "VERL_FILE_LOGGER_PATH" in env else None

@@ -3,8 +3,10 @@
 * versions: the cluster's Ray (same major, >= 2.52 for token auth) and verl (same minor as the
   config was composed against);
 * per-node fit of every job's GPU groups (:mod:`rayjobs.oncluster.capacity`): a job that can
-  never fit this cluster is refused (exit 2, nothing submitted); one that does not fit the free
-  capacity now only gets a note (it waits in the queue).
+  never fit this cluster (no GPUs at all, fewer per node than a group asks, more nodes than it
+  has) is refused (exit 2, nothing submitted) unless ``rayjobs.wait_for_capacity=true`` says the
+  cluster will grow to fit it; one that does not fit the free capacity now only gets a note (it
+  waits in the queue).
 
 The cluster's resource use is read once per submit (``/api/cluster_status``: totals and use per
 node). That view lags a node that has just joined by seconds, so before refusing a job the node
@@ -83,13 +85,19 @@ def nodes_in_use(d: "Dashboard") -> Optional[list[capacity.Node]]:
     return capacity.nodes_from_ray(total, free)
 
 
-def refuse_never_fitting(d: "Dashboard", prepared: Sequence[Any], nodes: list[capacity.Node]) -> None:
-    """Raise ConfigError (exit 2, nothing submitted) for the first job that can never fit, per node.
+def waits_for_capacity(p: Any) -> bool:
+    """``rayjobs.wait_for_capacity``: the user says the cluster will grow to fit this job (it scales)."""
+    from omegaconf import OmegaConf
 
-    ``nodes`` come from the resource view; a refusal is confirmed against the state API's node list
-    (a node that just joined is there first).
-    """
+    return bool(OmegaConf.select(p.composed.cfg, "rayjobs.wait_for_capacity", default=False))
+
+
+def never_fits(d: "Dashboard", prepared: Sequence[Any], nodes: list[capacity.Node]) -> list[tuple[Any, str]]:
+    """(point, why) for each job that can never fit ``nodes``, per node (no GPUs at all, fewer GPUs
+    per node than a group asks, more groups than the nodes hold). ``nodes`` come from the resource
+    view; a verdict is confirmed against the state API's node list (a node that just joined is there first)."""
     confirmed: Optional[list[capacity.Node]] = None
+    out = []
     for p in prepared:
         groups = gpu_groups({"metadata": p.spec.metadata})
         if not groups or not capacity.never_reason(groups, nodes):
@@ -100,22 +108,40 @@ def refuse_never_fitting(d: "Dashboard", prepared: Sequence[Any], nodes: list[ca
             except Exception:
                 confirmed = nodes
         why = capacity.never_reason(groups, confirmed)
+        if why and not any(n.gpus for n in confirmed):
+            why = f"needs {capacity.describe(groups)}, but the cluster has no GPUs"
         if why:
+            out.append((p, why))
+    return out
+
+
+def refuse_never_fitting(d: "Dashboard", prepared: Sequence[Any], nodes: list[capacity.Node]) -> None:
+    """Raise ConfigError (exit 2, nothing submitted) for the first job that can never fit, per node,
+    unless it says the cluster will grow to fit it (``rayjobs.wait_for_capacity=true``: a note)."""
+    never = never_fits(d, prepared, nodes)
+    has_gpus = any(n.gpus for n in nodes)
+    for p, why in never:
+        if not waits_for_capacity(p):
+            fix = "lower trainer.nnodes / trainer.n_gpus_per_node, use a bigger cluster" if has_gpus else \
+                "run it on a cluster with GPUs (rayjobs up, rayjobs connect or rayjobs.address=...)"
             raise ConfigError(f"{p.spec.submission_id} can never run on the cluster at {d.address}: it {why}; "
-                              f"lower trainer.nnodes / trainer.n_gpus_per_node, or use a bigger cluster")
+                              f"{fix}, or set rayjobs.wait_for_capacity=true if the cluster will grow to fit it")
+    if never:
+        gpuless = "" if has_gpus else \
+            "; a cluster without GPUs does not hold GPU jobs back: they start once queued and need GPU nodes to join"
+        note(f"{len(never)} of {len(prepared)} job(s) do not fit the cluster as it is now and are queued for the "
+             f"capacity it will have (rayjobs.wait_for_capacity=true; first: {never[0][1]}){gpuless}")
 
 
 def check_fit(d: "Dashboard", prepared: Sequence[Any]) -> None:
-    """Refuse a job that can never fit; a note for those that wait for free GPUs now."""
+    """Refuse a job that can never fit (unless it waits for capacity); a note for those that wait
+    for free GPUs now."""
     demands = [gpu_groups({"metadata": p.spec.metadata}) for p in prepared]
     if not any(demands):
         return
     nodes = nodes_in_use(d)
     if nodes is None:
         note("could not read the cluster's resource use: per-node GPU fit not checked")
-        return
-    if not any(n.gpus for n in nodes):  # a CPU-only dev cluster (the embedded head on a laptop)
-        note("the cluster has no GPUs; the jobs' GPU demand is not enforced")
         return
     refuse_never_fitting(d, prepared, nodes)
     waiting = [v.reason for v in (capacity.fit(g, nodes) for g in demands if g) if v.state == capacity.WAIT]

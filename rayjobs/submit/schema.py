@@ -75,6 +75,8 @@ class RayjobsConfig:
     follow: bool = False
     env: Dict[str, str] = field(default_factory=dict)
     preflight: bool = True
+    #: queue a job that can never fit the cluster as it is now (a cluster that scales): not refused at submit
+    wait_for_capacity: bool = False
     prepare: PrepareConfig = field(default_factory=PrepareConfig)
     halving: HalvingConfig = field(default_factory=HalvingConfig)
     cluster: ClusterShape = field(default_factory=ClusterShape)

@@ -19,7 +19,7 @@ def view(d: Optional["Dashboard"] = None, address: Optional[str] = None) -> dict
     from rayjobs.client.dashboard import DashboardDown
     from rayjobs.views import queuestatus
 
-    d = d or connect(address)
+    d = d or connect(address, start=False)  # a read: a stopped embedded head stays stopped
     target = d.target
     try:
         nodes = d.nodes()  # the alive ones

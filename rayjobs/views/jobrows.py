@@ -237,8 +237,9 @@ def add_progress(row: dict[str, Any], job: Any, dash: Optional["Dashboard"], lin
     """
     if field(job, "from_queue"):
         _final_progress(row, job)
-        if log and not field(job, "pruned"):
-            _ended_log_facts(row, job, dash, lines, head_scan, tails)
+        read = _ended_log_facts(row, job, dash, lines, head_scan, tails) if log and not field(job, "pruned") else None
+        if read is False or (read is None and head_scan):  # Ray no longer serves its log: what was kept of it
+            _kept_facts(row, job, tails)
         return row
     if row["status"] == "QUEUED":
         return row
@@ -297,23 +298,46 @@ def _final_progress(row: dict[str, Any], job: Any) -> dict[str, Any]:
 
 
 def _ended_log_facts(row: dict[str, Any], job: Any, dash: Optional["Dashboard"], lines: int, head_scan: bool,
-                     tails: Optional[dict[str, bytes]]) -> None:
-    """What an ended job's log says that the queue did not keep: total steps, W&B URL, the error."""
+                     tails: Optional[dict[str, bytes]]) -> Optional[bool]:
+    """What an ended job's log says that the queue did not keep: total steps, W&B URL, the error.
+    True: read; False: Ray could not serve the log (its node gone: the head's Ray restarted); None: no node."""
     node = field(job, "driver_node_id")
     if not node or dash is None:
-        return
+        return None
     p = logparse.Progress()
     try:
         raw = dash.log_tail(row["id"], node, lines, max_bytes=8 << 20)
-        if tails is not None:
-            tails[row["id"]] = raw
         tail = logparse.clean_block(raw.decode("utf-8", "replace"))
         logparse.feed_block(p, tail)
         if head_scan and not (p.wandb_url and p.total):
             scan_head(dash, row["id"], node, p)
     except Exception:
-        return  # a dead node, a restarting dashboard, pruned meanwhile: the row stays with what the queue kept
-    row["total_steps"], row["wandb_url"] = p.total, p.wandb_url
+        return False  # a dead node, a restarting dashboard, pruned meanwhile: the row stays with what the queue kept
+    if tails is not None:
+        tails[row["id"]] = raw
+    _log_facts(row, p, tail)
+    return True
+
+
+def _kept_facts(row: dict[str, Any], job: Any, tails: Optional[dict[str, bytes]]) -> None:
+    """:func:`_ended_log_facts` from what was kept of the log where Ray no longer serves it: the end
+    its runner kept on the storage root (readable here), else the local record's copy."""
+    from rayjobs.views import joblog
+
+    kept = joblog.kept_log(job, whole=False)
+    if kept is None:
+        return
+    tail = logparse.clean_block(kept.text)
+    p = logparse.Progress()
+    logparse.feed_block(p, tail)
+    if tails is not None and kept.source == "storage":
+        tails[row["id"]] = kept.text.encode()
+    _log_facts(row, p, tail)
+
+
+def _log_facts(row: dict[str, Any], p: logparse.Progress, tail: str) -> None:
+    row["total_steps"] = p.total or row.get("total_steps")
+    row["wandb_url"] = p.wandb_url or row.get("wandb_url")
     if row["step"] is None and p.step is not None:  # no metrics file kept (a plain log's progress only)
         row["step"], row["score"] = p.step, p.last.get("critic/score/mean")
     if row["status"] == "FAILED":

@@ -311,7 +311,7 @@ def _replay(d: "Dashboard", job_id: str, status: str, lines: Optional[int], as_j
         for rec in steplog.log_records(d, job_id, tail=n):
             sys.stdout.write(steplog.dumps(rec) + "\n")
     else:
-        for text in joblog.iter_log(d, job_id, tail=n):
+        for text in joblog.iter_log(d, job_id, tail=n, say=_say):
             sys.stdout.write(text)
     sys.stdout.flush()
     _say(f"{job_id} · {status} (from the queue's history)")

@@ -111,14 +111,24 @@ def as_local_jobs(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def unreachable_rows(address: Optional[str], sweep: Optional[str], why: Exception, say: Any = None) -> list[dict[str, Any]]:
-    """``list``/``plot`` while the cluster at ``address`` cannot be reached: its jobs from the local
-    record (:func:`local_rows`); ``say`` is told so in one line, with why."""
+    """``list``/``plot`` while the cluster at ``address`` cannot be reached (or is the embedded head,
+    stopped): its jobs from the local record (:func:`local_rows`); ``say`` is told so in one line, with why."""
     from rayjobs import settings
 
     target = settings.resolve_target(address)
     where = target.address or "the embedded local cluster"
     rows = local_rows(target.key, where, sweep)
     if say:
-        say(f"cluster {where} unreachable: showing the local record ({len(rows)} job(s); STATUS* = the final "
-            f"state kept here, (cluster gone) = last seen, may have changed since). {why}")
+        what = (f"showing the local record ({len(rows)} job(s); STATUS* = the final state kept here, "
+                f"(cluster gone) = last seen, may have changed since)")
+        say(head_down_line(why, what) or f"cluster {where} unreachable: {what}. {why}")
     return rows
+
+
+def head_down_line(why: Exception, what: str) -> Optional[str]:
+    """A read's one line while the embedded local head is stopped (``why`` is
+    :class:`rayjobs.client.connection.LocalHeadDown`): ``what`` it shows instead, that the head is
+    down and how to start it; None for any other cause (the caller says that its own way)."""
+    from rayjobs.client.connection import START_HINT, LocalHeadDown
+
+    return f"the embedded local head is not running: {what}; {START_HINT}" if isinstance(why, LocalHeadDown) else None
