@@ -44,7 +44,7 @@ def main() -> None:
     full = passes(state(*jobs), busy, a.rounds)
     runs = [running(f"r{i}", [8], preemptible=True) for i in range(16)]
     urgent = queued("urgent", [8], at=NOW, priority=10)
-    held = lambda ids: {i: {f"n{int(i[1:])}": [8.0, 24.0]} for i in ids}  # noqa: E731
+    held = {r[1]["rec"].id: {f"n{int(r[1]['rec'].id[1:])}": [8.0, 24.0]} for r in runs}
     pre = passes(state(*runs, urgent, *jobs), cluster(*[node(f"n{i}", 8, free=0) for i in range(16)], holdings=held),
                  a.rounds)
     m1, m2 = statistics.median(full), statistics.median(pre)

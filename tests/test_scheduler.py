@@ -124,7 +124,7 @@ def test_quota_does_not_apply_to_a_user_alone_on_the_cluster() -> None:
 # --------------------------------------------------------------------------- preemption
 def holdings(**jobs: int) -> Any:
     """Each running job holds N GPUs (and 3N CPUs) on n0."""
-    return lambda ids: {i: {"n0": [float(jobs[i]), 3.0 * jobs[i]]} for i in ids if i in jobs}
+    return {i: {"n0": [float(g), 3.0 * g]} for i, g in jobs.items()}
 
 
 def test_a_job_of_higher_priority_preempts_a_preemptible_one_at_its_checkpoint() -> None:
@@ -264,3 +264,28 @@ def test_ten_thousand_waiting_jobs_cost_a_pass_only_what_can_change() -> None:
     got = admitted(d)
     assert got[:2] == ["j00000", "j00001"] and sum([1, 2, 8][int(i[1:]) % 3] for i in got) == 8
     assert d.examined < 20
+
+
+# --------------------------------------------------------------------------- the pass's edges
+def test_a_pass_runs_only_while_jobs_wait_or_a_rule_watches_a_running_job() -> None:
+    from rayjobs.oncluster.scheduler import WATCHES, needs_pass
+
+    st = state(running("plain", [1]))
+    assert not needs_pass(st) and decide(st, cluster(node("n0", 2)), Policy(), NOW).actions == []
+    st = state(running("victim", [1], preemptible=True, preempting_for="gone-away"))
+    assert needs_pass(st) and decide(st, cluster(node("n0", 2)), Policy(), NOW).of(CallOff) == [CallOff("victim", "gone-away")]
+    assert needs_pass(state(queued("w", [1])))
+    assert len(WATCHES) == 2  # preemptions under way, halved sweeps' points
+
+
+def test_what_a_running_job_holds_is_plain_data_read_before_the_pass() -> None:
+    """The victims' rule reads what each running job holds from the view it is handed (no call out)."""
+    from rayjobs.oncluster.clusterstate import holdings_of
+
+    held = {"0a0b0c0d": {"n0": [2.0, 6.0]}, "11111111": {"n1": [1.0, 3.0]}}
+    assert holdings_of({"020000000a0b0c0d": False, "0300000011111111": True}, held) == {"n0": [2.0, 6.0], "n1": [1.0, 3.0]}
+    assert holdings_of(None, held) == {}
+    st = state(running("sweep-0", [2], preemptible=True), queued("urgent", [2], at=1, priority=10))
+    d = decide(st, cluster(node("n0", 2, free=0), holdings={"sweep-0": {"n0": [2.0, 6.0]}}), Policy(), NOW)
+    assert [a.id for a in d.of(Preempt)] == ["sweep-0"]
+    assert decide(st, cluster(node("n0", 2, free=0)), Policy(), NOW).of(Preempt) == []  # holding nothing: frees nothing

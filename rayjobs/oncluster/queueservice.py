@@ -85,6 +85,7 @@ class QueueService:
         self.rungs = Rungs(self._put, lambda job_id: self.pool.submit(self.jobs.stop, job_id), note=self.note)
         self.decision = Decision()
         self.nodes: list[Any] = []
+        self.held: dict[str, Any] = {}  #: per running job, what its placement groups hold per node
         self.prune_every_s = float(os.environ.get(pruning.EVERY_ENV, 60.0))
         self._pruning: Optional[Future] = None
         self._pruned_at = time.monotonic()
@@ -166,16 +167,12 @@ class QueueService:
     def _decide(self, now: float) -> None:
         """Run the rules when an input changed (or their clocks may have moved on); carry out the actions."""
         st = self.state
-        if not st.waiting and not any(r.preempting_for or r.req.halving for r in st.running.values()):
-            self.decision = Decision()
-            return
         key = (st.version, tuple(self.nodes), st.gpu_gate, st.standby, frozenset(st.requeueing),
                tuple((i, tuple(r.unplaced), r.in_ray, r.ending) for i, r in st.running.items()))
         last, at = self._decided
         if key == last and now - at < DECIDE_EVERY_S:
             return
-        view = scheduler.ClusterView(tuple(self.nodes), getattr(self.cluster, "holdings", scheduler._no_holdings))
-        self.decision = scheduler.decide(st, view, self.policy, now)
+        self.decision = scheduler.decide(st, scheduler.ClusterView(tuple(self.nodes), self.held), self.policy, now)
         for action in self.decision.actions:
             self._apply(action, now)
         self._decided = (key if not self.decision.actions else None, now)
@@ -183,7 +180,7 @@ class QueueService:
     def _observe(self) -> None:
         """What is free per node, and per running job what it has placed and whether its trainer left."""
         seen = self.cluster.observe(self.state.running)
-        self.nodes = list(seen.nodes)
+        self.nodes, self.held = list(seen.nodes), dict(seen.held)
         for job_id, left in seen.unplaced.items():
             r = self.state.running.get(job_id)
             if r is not None and left is not None:
@@ -208,27 +205,38 @@ class QueueService:
 
     # ---------------------------------------------------------------- carrying out the rules
     def _apply(self, action: scheduler.Action, now: float) -> None:
-        st = self.state
-        if isinstance(action, Admit) and action.id in st.waiting:
-            self.admit(action.id, action.note, now)
-        elif isinstance(action, Fail) and action.id in st.waiting:
-            st.take(action.id)
-            self.standby.cancel(action.id)
-            self.finish(self.records[action.id], "FAILED", action.message, cause=action.cause)
-        elif isinstance(action, Preempt) and action.id in st.running:
-            r = st.running[action.id]
-            r.rec = self._put(r.rec.with_(preempting=dict(self.preemptions.ask(r, action.by, now), why=action.why)))
-        elif isinstance(action, CallOff) and action.id in st.running:
-            r = st.running[action.id]
-            self.preemptions.call_off(r, action.by)
-            r.rec = self._put(r.rec.with_(preempting=dict(r.rec.preempting or {}, called_off=now)))
-        elif isinstance(action, StopOverdue) and action.id in st.running:
-            self.preemptions.stop_now(st.running[action.id])
-            self.note("preemption overdue: stopped", action.id)
-        elif isinstance(action, Offer) and action.id in st.waiting:
-            self.standby.offer(st.waiting[action.id].rec)
-        elif isinstance(action, Rung) and action.id in st.running:
-            self.rungs.at_rung(st, st.running[action.id], action.verdict, now)
+        """Carry out one action (:data:`_CARRY`: which method, and where its job must be: a job
+        that left that place since the pass -- ended, stopped -- is passed over)."""
+        method, where = _CARRY[type(action)]
+        if action.id in getattr(self.state, where):
+            getattr(self, method)(action, now)
+
+    def _admit(self, a: Admit, now: float) -> None:
+        self.admit(a.id, a.note, now)
+
+    def _fail(self, a: Fail, now: float) -> None:
+        self.state.take(a.id)
+        self.standby.cancel(a.id)
+        self.finish(self.records[a.id], "FAILED", a.message, cause=a.cause)
+
+    def _preempt(self, a: Preempt, now: float) -> None:
+        r = self.state.running[a.id]
+        r.rec = self._put(r.rec.with_(preempting=dict(self.preemptions.ask(r, a.by, now), why=a.why)))
+
+    def _call_off(self, a: CallOff, now: float) -> None:
+        r = self.state.running[a.id]
+        self.preemptions.call_off(r, a.by)
+        r.rec = self._put(r.rec.with_(preempting=dict(r.rec.preempting or {}, called_off=now)))
+
+    def _stop_overdue(self, a: StopOverdue, now: float) -> None:
+        self.preemptions.stop_now(self.state.running[a.id])
+        self.note("preemption overdue: stopped", a.id)
+
+    def _offer(self, a: Offer, now: float) -> None:
+        self.standby.offer(self.state.waiting[a.id].rec)
+
+    def _rung(self, a: Rung, now: float) -> None:
+        self.rungs.at_rung(self.state, self.state.running[a.id], a.verdict, now)
 
     def admit(self, job_id: str, note: str, now: float) -> None:
         """Hand a waiting job to Ray: its record says admitted (durably) before Ray is asked."""
@@ -349,3 +357,11 @@ class QueueService:
         self._fast_until = time.monotonic() + FAST_POLL_S
         self.note(status.lower(), rec.id)
         return done
+
+
+#: Each action kind: the service's method that carries it out, and where its job must still be.
+_CARRY: dict[type, tuple[str, str]] = {
+    Admit: ("_admit", "waiting"), Fail: ("_fail", "waiting"), Offer: ("_offer", "waiting"),
+    Preempt: ("_preempt", "running"), CallOff: ("_call_off", "running"), StopOverdue: ("_stop_overdue", "running"),
+    Rung: ("_rung", "running"),
+}

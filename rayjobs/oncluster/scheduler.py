@@ -38,21 +38,18 @@ OVERDUE_GRACE_S = 60.0
 
 
 # --------------------------------------------------------------------------- inputs
+#: Per running job, per node id, ``[gpus, cpus]`` its placement groups hold there.
 Holdings = Mapping[str, Mapping[str, Sequence[float]]]
-
-
-def _no_holdings(ids: Sequence[str]) -> Holdings:
-    return {}
 
 
 @dataclass(frozen=True)
 class ClusterView:
     """What is free on each alive node now (GPUs and CPUs, after the placement groups already
-    created), and -- asked only when a preemption is weighed -- what each running job's placement
-    groups hold per node: ``holdings(ids) -> {id: {node id: [gpus, cpus]}}``."""
+    created), and what each running job's placement groups hold per node (``{id: {node id: [gpus,
+    cpus]}}``: what a preemption would free). Plain data, read before :func:`decide`."""
 
     nodes: tuple[capacity.Node, ...] = ()
-    holdings: Callable[[Sequence[str]], Holdings] = _no_holdings
+    holdings: Holdings = field(default_factory=dict)
 
     @property
     def has_gpus(self) -> bool:
@@ -187,7 +184,10 @@ class Pass:
 
 
 def decide(state: QueueState, cluster: ClusterView, policy: Policy, now: float) -> Decision:
-    """Run :data:`RULES` over the queue once; the actions for the service to carry out, in order."""
+    """Run :data:`RULES` over the queue once; the actions for the service to carry out, in order
+    (none, at no cost, when :func:`needs_pass` says no rule could act)."""
+    if not needs_pass(state):
+        return Decision()
     p = Pass(state, cluster, policy, now)
     p.preempting = {r.id: r.preempting_for for r in state.running.values() if r.preempting_for}
     p.reserved = [g for r in state.running.values() for g in r.unplaced]
@@ -196,6 +196,24 @@ def decide(state: QueueState, cluster: ClusterView, policy: Policy, now: float) 
         if p.done:
             break
     return p.decision
+
+
+def needs_pass(state: QueueState) -> bool:
+    """Could a pass decide anything? Only while jobs wait, or while a running job is one a rule
+    about running jobs watches (:data:`WATCHES`)."""
+    return bool(state.waiting) or any(watch(r) for r in state.running.values() for watch in WATCHES)
+
+
+def _preempting(r: Running) -> bool:
+    return bool(r.preempting_for)  # call_off_preemptions, overdue_preemptions
+
+
+def _halved_sweep(r: Running) -> bool:
+    return r.req.halving is not None  # halve_at_rungs
+
+
+#: Running jobs a rule acts on with nothing waiting: a rule about running jobs adds its test here.
+WATCHES: tuple[Callable[[Running], bool], ...] = (_preempting, _halved_sweep)
 
 
 # --------------------------------------------------------------------------- the rules
@@ -347,7 +365,7 @@ def _preempt_for(p: Pass, w: Waiting, nodes: list[capacity.Node]) -> bool:
                        key=lambda r: (r.req.priority, -r.admitted_at))
         if not cands:
             return False
-        held = p.cluster.holdings(tuple(r.id for r in cands))
+        held = p.cluster.holdings
         if p.policy.victim_order == "priority":
             chosen, why = team.victims(w.req.groups, nodes, p.reserved, cands, held), "lowest priority, then youngest"
         else:
