@@ -61,7 +61,8 @@ def test_starvation_guard_holds_everything_behind_a_job_blocked_too_long() -> No
     st = state(queued("big", [4], at=NOW - 400), queued("small", [1], at=NOW - 5))
     d = decide(st, cluster(node("n0", 4, free=2)), Policy(backfill_s=300), NOW)
     assert admitted(d) == []
-    assert d.reserving_for == "big" and d.blocked == "held behind big (waiting > 300 s; no backfill)"
+    assert d.reserving_for == "big"
+    assert d.blocked == "held behind big (waiting > 300 s; no backfill onto the GPUs kept for it on n0)"
 
 
 def test_higher_priority_still_goes_first_past_the_starvation_guard() -> None:
@@ -244,7 +245,8 @@ def test_quota_preemption_and_backfill_together() -> None:
     st = state(running("a-run", [2], user="alice"), running("c-sweep", [1], user="carol", preemptible=True),
                queued("a-more", [1], at=1, user="alice", priority=10), queued("b-urgent", [2], at=2, user="bob", priority=10),
                queued("c-small", [1], at=3, user="carol"))
-    d = decide(st, cluster(node("n0", 4, free=1), holdings=holdings(**{"c-sweep": 1})), Policy(quota={"alice": 2}), NOW)
+    d = decide(st, cluster(node("n0", 4, free=1), holdings=holdings(**{"c-sweep": 1})),
+               Policy(quota={"alice": 2}, fair_share=False), NOW)
     assert d.holds["a-more"] == "quota"
     assert [(a.id, a.by) for a in d.of(Preempt)] == [("c-sweep", "b-urgent")]
     assert admitted(d) == [] and d.reserving_for == "b-urgent"

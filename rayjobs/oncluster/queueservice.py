@@ -205,38 +205,11 @@ class QueueService:
 
     # ---------------------------------------------------------------- carrying out the rules
     def _apply(self, action: scheduler.Action, now: float) -> None:
-        """Carry out one action (:data:`_CARRY`: which method, and where its job must be: a job
-        that left that place since the pass -- ended, stopped -- is passed over)."""
-        method, where = _CARRY[type(action)]
+        """Carry out one action (:data:`_CARRY`: how, and where its job must still be: a job that
+        left that place since the pass -- ended, stopped -- is passed over)."""
+        carry, where = _CARRY[type(action)]
         if action.id in getattr(self.state, where):
-            getattr(self, method)(action, now)
-
-    def _admit(self, a: Admit, now: float) -> None:
-        self.admit(a.id, a.note, now)
-
-    def _fail(self, a: Fail, now: float) -> None:
-        self.state.take(a.id)
-        self.standby.cancel(a.id)
-        self.finish(self.records[a.id], "FAILED", a.message, cause=a.cause)
-
-    def _preempt(self, a: Preempt, now: float) -> None:
-        r = self.state.running[a.id]
-        r.rec = self._put(r.rec.with_(preempting=dict(self.preemptions.ask(r, a.by, now), why=a.why)))
-
-    def _call_off(self, a: CallOff, now: float) -> None:
-        r = self.state.running[a.id]
-        self.preemptions.call_off(r, a.by)
-        r.rec = self._put(r.rec.with_(preempting=dict(r.rec.preempting or {}, called_off=now)))
-
-    def _stop_overdue(self, a: StopOverdue, now: float) -> None:
-        self.preemptions.stop_now(self.state.running[a.id])
-        self.note("preemption overdue: stopped", a.id)
-
-    def _offer(self, a: Offer, now: float) -> None:
-        self.standby.offer(self.state.waiting[a.id].rec)
-
-    def _rung(self, a: Rung, now: float) -> None:
-        self.rungs.at_rung(self.state, self.state.running[a.id], a.verdict, now)
+            carry(self, action, now)
 
     def admit(self, job_id: str, note: str, now: float) -> None:
         """Hand a waiting job to Ray: its record says admitted (durably) before Ray is asked."""
@@ -359,9 +332,35 @@ class QueueService:
         return done
 
 
-#: Each action kind: the service's method that carries it out, and where its job must still be.
-_CARRY: dict[type, tuple[str, str]] = {
-    Admit: ("_admit", "waiting"), Fail: ("_fail", "waiting"), Offer: ("_offer", "waiting"),
-    Preempt: ("_preempt", "running"), CallOff: ("_call_off", "running"), StopOverdue: ("_stop_overdue", "running"),
-    Rung: ("_rung", "running"),
+def _fail(svc: QueueService, a: Fail, now: float) -> None:
+    svc.state.take(a.id)
+    svc.standby.cancel(a.id)
+    svc.finish(svc.records[a.id], "FAILED", a.message, cause=a.cause)
+
+
+def _preempt(svc: QueueService, a: Preempt, now: float) -> None:
+    r = svc.state.running[a.id]
+    r.rec = svc._put(r.rec.with_(preempting=dict(svc.preemptions.ask(r, a.by, now), why=a.why)))
+
+
+def _call_off(svc: QueueService, a: CallOff, now: float) -> None:
+    r = svc.state.running[a.id]
+    svc.preemptions.call_off(r, a.by)
+    r.rec = svc._put(r.rec.with_(preempting=dict(r.rec.preempting or {}, called_off=now)))
+
+
+def _stop_overdue(svc: QueueService, a: StopOverdue, now: float) -> None:
+    svc.preemptions.stop_now(svc.state.running[a.id])
+    svc.note("preemption overdue: stopped", a.id)
+
+
+#: Each action kind: how the service carries it out, and where its job must still be.
+_CARRY: dict[type, tuple[Callable[[QueueService, Any, float], None], str]] = {
+    Admit: (lambda svc, a, now: svc.admit(a.id, a.note, now), "waiting"),
+    Fail: (_fail, "waiting"),
+    Offer: (lambda svc, a, now: svc.standby.offer(svc.state.waiting[a.id].rec), "waiting"),
+    Preempt: (_preempt, "running"),
+    CallOff: (_call_off, "running"),
+    StopOverdue: (_stop_overdue, "running"),
+    Rung: (lambda svc, a, now: svc.rungs.at_rung(svc.state, svc.state.running[a.id], a.verdict, now), "running"),
 }
