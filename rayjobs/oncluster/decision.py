@@ -40,7 +40,7 @@ class Policy:
     standby: bool = True  #: RAYJOBS_QUEUE_STANDBY (pre-start the next job)
     victim_order: str = "least-work"  #: RAYJOBS_PREEMPT_ORDER: least-work | priority (lowest, then youngest)
     fair_share: bool = True  #: RAYJOBS_FAIR_SHARE: within a priority, the user holding the least goes first
-    fair_half_life_s: float = 4 * 3600.0  #: RAYJOBS_FAIR_HALF_LIFE_S: how fast past use is forgotten
+    fair_half_life_s: float = 4 * 3600.0  #: RAYJOBS_FAIR_HALF_LIFE_S: how fast past use is forgotten (the state's, set by its owner)
     size_weight: float = 2.0  #: RAYJOBS_FAIR_SIZE_WEIGHT: GPUs of rank per expected GPU-hour of a job (0: size is ignored)
     reclaim_short_s: float = 1800.0  #: RAYJOBS_FAIR_RECLAIM_S: a job expected to take this long at most may reclaim its share
 

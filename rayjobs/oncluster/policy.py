@@ -152,14 +152,13 @@ def victims(groups: Sequence[int], nodes: Sequence[capacity.Node], reserved: Seq
 UNSEEN_RUN_S = 4 * 3600.0
 
 
-def fair_rank(state: Any, held: Mapping[str, int], now: float, half_life_s: float,
-              size_weight: float = 0.0) -> Callable[[Any], float]:
+def fair_rank(state: Any, held: Mapping[str, int], now: float, size_weight: float = 0.0) -> Callable[[Any], float]:
     """A waiting job's standing for fair share (lower goes first): the GPUs its user holds now
     (``held``: running and admitted in this pass, read at each call) plus the GPUs they held on average
     lately (their ended holdings, ``state.used``, and their running jobs' time so far, decayed with
-    ``half_life_s``), plus ``size_weight`` x the GPU-hours the job is expected to take
+    ``state.half_life_s``), plus ``size_weight`` x the GPU-hours the job is expected to take
     (``state.expected_s``, else :data:`UNSEEN_RUN_S`): among users alike, the smaller job first."""
-    tau = half_life_s / math.log(2)
+    tau = state.half_life_s / math.log(2)
     ran: dict[str, float] = {}
     for r in state.running.values():
         if r.req.gpus:
@@ -174,7 +173,7 @@ def fair_rank(state: Any, held: Mapping[str, int], now: float, half_life_s: floa
         if size_weight:
             took = state.expected_s(w)
             size = size_weight * w.req.gpus * (UNSEEN_RUN_S if took is None else took) / 3600.0
-        return held.get(u, 0) + past[u] + size
+        return round(held.get(u, 0) + past[u] + size, 2)  # hundredths of a GPU: use forgotten is forgotten
     return rank
 
 

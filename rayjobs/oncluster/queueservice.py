@@ -52,9 +52,29 @@ def policy_from_env() -> Policy:
     from rayjobs.oncluster import policy as team, standby
 
     on = os.environ.get("RAYJOBS_QUEUE", "1").strip().lower() not in ("0", "off", "false", "no")
+    fair = os.environ.get("RAYJOBS_FAIR_SHARE", "1").strip().lower() not in ("0", "off", "false", "no")
     order = os.environ.get("RAYJOBS_PREEMPT_ORDER", "least-work").strip().lower()
-    return Policy(backfill_s=float(os.environ.get("RAYJOBS_QUEUE_BACKFILL_S", 300.0)), quota=team.quota_from_env(),
-                  enabled=on, standby=standby.enabled(), victim_order="priority" if order == "priority" else "least-work")
+    d = Policy()
+    return Policy(backfill_s=_env_float("RAYJOBS_QUEUE_BACKFILL_S", d.backfill_s), quota=team.quota_from_env(),
+                  enabled=on, standby=standby.enabled(), victim_order="priority" if order == "priority" else "least-work",
+                  fair_share=fair, fair_half_life_s=_env_float("RAYJOBS_FAIR_HALF_LIFE_S", d.fair_half_life_s),
+                  size_weight=_env_float("RAYJOBS_FAIR_SIZE_WEIGHT", d.size_weight),
+                  reclaim_short_s=_env_float("RAYJOBS_FAIR_RECLAIM_S", d.reclaim_short_s))
+
+
+def _env_float(name: str, default: float) -> float:
+    """A number of the head's environment; a malformed or negative one is said on stderr and the default used."""
+    import sys
+
+    text = os.environ.get(name, "").strip()
+    try:
+        value = float(text) if text else default
+        if value < 0:
+            raise ValueError
+        return value
+    except ValueError:
+        print(f"[rayjobs] warning: {name}={text!r} is not a number >= 0; {default:g} applies", file=sys.stderr, flush=True)
+        return default
 
 
 class QueueService:
@@ -75,6 +95,7 @@ class QueueService:
         self.session, self.started_at, self.ray_logs = session, time.time(), ray_logs
         self.pool = pool or ThreadPoolExecutor(max_workers=4, thread_name_prefix="rayjobs-queue")
         self.state = QueueState()
+        self.state.half_life_s = self.policy.fair_half_life_s or 1.0
         self.records: dict[str, JobRecord] = {}
         self.events: collections.deque = collections.deque(maxlen=2000)
         self.standby = Standby(jobs, self.pool, store.code_dir, self._cold_submit)
@@ -106,9 +127,10 @@ class QueueService:
         for tmp in self.store.stray_tmp():  # writers cut off mid-write: their old versions stand
             tmp.unlink(missing_ok=True) if tmp.is_file() else None
         self.records = dict(records)
-        for rec in records.values():
+        for rec in sorted(records.values(), key=lambda r: float(r.finished_at or 0)):
             if rec.state == State.DONE:
                 self.state.done[rec.id] = str(rec.status)
+                self.state.remember(rec)
         for rec in sorted(records.values(), key=lambda r: float(r.queued_at or 0)):
             if rec.state == State.WAITING:
                 self.state.queue(rec)
@@ -263,6 +285,7 @@ class QueueService:
         """Its Ray job ended (``outcome``: a status) or Ray lost it (LOST): end what it left on the
         nodes, then settle it. Its GPUs go to no one meanwhile."""
         self.state.running.pop(r.id, None)
+        self.state.released(r, time.time(), outcome)  # its user's use, how long its kind of run takes
         self.admitter.forget(r.id)
         r.ended = outcome
         self.state.ending[r.id] = r

@@ -221,9 +221,21 @@ class QueueState:
         """``r``'s GPUs went back at ``at`` (epoch s; it ended, or was stopped): its user's usage grows,
         and a run that SUCCEEDED tells how long its kind of run takes (:meth:`expected_s`)."""
         self.charge(r.req.user, r.req.gpus, r.admitted_at, at)
-        if status == "SUCCEEDED" and at > r.admitted_at:
+        if status == "SUCCEEDED" and at > r.admitted_at and not r.rec.preemptions and not r.rec.lost:
             runs = self.took.setdefault(run_kind(r), [])
             runs.append(at - r.admitted_at)
+            del runs[:-KEEP_RUNS]
+
+    def remember(self, rec: JobRecord) -> None:
+        """What an ended job's record says (a restart of the queue): its user's use over its spans,
+        and -- SUCCEEDED in one run, never preempted or lost -- how long its kind of run takes."""
+        req = request_from_record(rec)
+        for a, b in rec.spans:
+            self.charge(req.user, req.gpus, float(a), float(b))
+        if str(rec.status) == "SUCCEEDED" and len(rec.spans) == 1 and not rec.preemptions and not rec.lost:
+            a, b = rec.spans[0]
+            runs = self.took.setdefault(run_kind(Waiting(rec, req)), [])
+            runs.append(float(b) - float(a))
             del runs[:-KEEP_RUNS]
 
     def expected_s(self, job: Any) -> Optional[float]:

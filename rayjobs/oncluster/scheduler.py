@@ -105,8 +105,7 @@ class Pass:
         skip = self.decision.holds
         if self.policy.fair_share:
             if self._rank is None:
-                self._rank = team.fair_rank(self.state, self.held, self.now, self.policy.fair_half_life_s,
-                                            self.policy.size_weight)
+                self._rank = team.fair_rank(self.state, self.held, self.now, self.policy.size_weight)
             line = self.state.in_fair_order(self._rank)
         else:
             line = self.state.in_order()
