@@ -8,7 +8,8 @@ not fit does not block the ones behind it). Preemption (``withinClusterQueue: Lo
 from queues borrowing beyond theirs, else from lower-priority workloads of its own queue; candidates
 in Kueue's order (``CandidatesOrdering``: other queues first, lower priority, the most recently
 admitted first), the shortest such prefix that lets it fit. Kueue evicts at once -- no checkpoint
-to wait for -- and the evicted workload goes back to its queue (ordered by its eviction time).
+to wait for -- and the evicted workload goes back to its queue (ordered by its eviction time, after
+a backoff of 60 s doubling per eviction, Kueue's ``requeuingStrategy``).
 Here admission also needs the GPUs free on the nodes (as with Kueue's topology-aware scheduling);
 quota alone would admit pods that then wait on the nodes.
 """
@@ -20,6 +21,10 @@ from typing import Any
 from rayjobs.oncluster import policy as team
 from rayjobs.sim.baselines import Line, priority_key
 from rayjobs.sim.engine import Sim
+
+
+#: An evicted workload's requeue backoff: Kueue's ``requeuingStrategy`` (base 60 s, doubling, at most an hour).
+BACKOFF_S, BACKOFF_MAX_S = 60.0, 3600.0
 
 
 class _W:
@@ -42,6 +47,8 @@ class Kueue(Line):
         self.usage: dict[str, int] = {}
         self.admitted: dict[str, float] = {}
         self.evicting: dict[str, list[str]] = {}  #: preemptor -> its victims not gone yet
+        self.evictions: dict[str, int] = {}
+        self.backoff: dict[str, float] = {}  #: an evicted workload waits until then to be admitted again
 
     def key(self, sim: Sim, job_id: str) -> tuple:
         return priority_key(self, sim, job_id)
@@ -53,6 +60,9 @@ class Kueue(Line):
 
     def requeued(self, sim: Sim, job_id: str, why: str) -> None:
         self._keys.pop(job_id, None)  # requeued by its eviction's time
+        n = self.evictions[job_id] = self.evictions.get(job_id, 0) + 1
+        self.backoff[job_id] = sim.now + min(BACKOFF_MAX_S, BACKOFF_S * 2 ** (n - 1))
+        sim.wake(self.backoff[job_id])
         self.submit(sim, job_id)
 
     def ended(self, sim: Sim, job_id: str, status: str) -> None:
@@ -71,7 +81,7 @@ class Kueue(Line):
         tried: set[tuple] = set()  # (user, groups, priority, within nominal) that found no victims this pass
         for _, job_id in list(self.line):
             j = sim.lives[job_id].job
-            if self.evicting.get(job_id):
+            if self.evicting.get(job_id) or self.backoff.get(job_id, 0.0) > sim.now:
                 continue
             where = None if j.groups in failed else sim.cluster.fit(j.groups)
             if where is not None:
