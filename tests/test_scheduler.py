@@ -396,3 +396,41 @@ def test_the_head_reads_the_fair_share_settings_and_says_which_are_malformed(mon
     p = policy_from_env()
     assert not p.fair_share and p.fair_half_life_s == 7200 and p.size_weight == Policy().size_weight
     assert "RAYJOBS_FAIR_SIZE_WEIGHT='lots' is not a number" in capsys.readouterr().err
+
+
+def test_halved_points_histories_are_read_off_the_loop_and_only_where_a_file_changed(tmp_path) -> None:
+    """The queue's loop only applies a read the pool finished; a run whose metrics files did not
+    change is not read again (was: every point's files re-read on the loop every second)."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from rayjobs.contract.halving import Halving
+    from rayjobs.oncluster.histories import Histories
+
+    h = Halving("score", (2,), "max", 0.5, False).to_json()
+    st = state(running("p-0", [1], sweep="p", halving=h, storage=str(tmp_path)),
+               running("p-1", [1], sweep="p", halving=h, storage=str(tmp_path)))
+    files = {}
+    for jid in ("p-0", "p-1"):
+        run_dir = Path(st.running[jid].rec.meta.run_dir)
+        run_dir.mkdir(parents=True)
+        files[jid] = run_dir / "metrics.1.jsonl"
+        files[jid].write_text('{"step": 1, "data": {"score": 0.5}}\n')
+    readers: set[str] = set()
+    with ThreadPoolExecutor(1) as pool:
+        hs = Histories(pool, every_s=0.0)
+        real = hs._read
+        hs._read = lambda todo: (readers.add(threading.current_thread().name), real(todo))[1]
+        hs.observe(st, NOW)
+        assert st.running["p-0"].history == {}  # started, not applied: the loop never waits for it
+        hs._reading.result()
+        v = st.version
+        hs.observe(st, NOW + 1)  # applied; the next read starts
+        assert st.running["p-0"].history == {1: {"score": 0.5}} and st.version == v + 2
+        hs._reading.result()
+        assert hs.files_read == 2  # the second read found both files as they were: none read again
+        files["p-1"].write_text(files["p-1"].read_text() + '{"step": 2, "data": {"score": 0.7}}\n')
+        hs.observe(st, NOW + 2)
+        hs._reading.result()
+        hs.observe(st, NOW + 3)
+        assert hs.files_read == 3 and max(st.running["p-1"].history) == 2 and threading.current_thread().name not in readers

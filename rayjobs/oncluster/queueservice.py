@@ -30,6 +30,7 @@ from rayjobs.contract.status import TERMINAL, State
 from rayjobs.oncluster import pruning, scheduler
 from rayjobs.oncluster.admission import Admitter, Seen, Submitted
 from rayjobs.oncluster.headapi import LOST, JobsClient
+from rayjobs.oncluster.histories import Histories
 from rayjobs.oncluster.jobrecord import finish_record, lost_attempt, next_attempt, requeued_record
 from rayjobs.oncluster.preemption import Preemptions
 from rayjobs.oncluster.queuestate import QueueState, Running
@@ -104,6 +105,8 @@ class QueueService:
                                enabled=reap is not None and reap_enabled, note=self.note)
         self.preemptions = Preemptions(jobs, self.pool, note=self.note)
         self.rungs = Rungs(self._put, lambda job_id: self.pool.submit(self.jobs.stop, job_id), note=self.note)
+        self.histories = Histories(self.pool)
+        self._settling: dict[str, tuple[Running, Future]] = {}  #: ended jobs whose Ray details are being read
         self.decision = Decision()
         self.nodes: list[Any] = []
         self.held: dict[str, Any] = {}  #: per running job, what its placement groups hold per node
@@ -173,7 +176,7 @@ class QueueService:
         self.state.gpu_gate = self.reaping.gate()
         self.state.standby = self.standby.sid
         self.state.requeueing = {i for i in self.preemptions.requeueing() if i in self.state.waiting}
-        self.rungs.observe(self.state, now)
+        self.histories.observe(self.state, now)
         if self.state.waiting:
             self.preemptions.observe(self.state, now)
         self._decide(now)
@@ -257,6 +260,10 @@ class QueueService:
                 self._seen(got)
         for done in self.reaping.collect():
             self._reaped(done)
+        for job_id in [i for i, (_, f) in self._settling.items() if f.done()]:
+            r, f = self._settling.pop(job_id)
+            self.state.ending.pop(job_id, None)
+            self._settle(r, [], f.result() if f.exception() is None else {})  # ({}: not asked again, on the loop)
 
     def _submitted(self, got: Submitted) -> None:
         r = self.state.running.get(got.id)
@@ -292,8 +299,11 @@ class QueueService:
         self.state.version += 1
         self._fast_until = time.monotonic() + FAST_POLL_S
         if not self.reaping.job_ended(r.id, outcome, bool(r.req.groups)):
-            self.state.ending.pop(r.id, None)
-            self._settle(r, [], None if outcome == LOST else self.jobs.details(r.id))
+            if outcome == LOST:
+                self.state.ending.pop(r.id, None)
+                self._settle(r, [], None)
+            else:  # Ray's details of its end (a dashboard call: in the pool, settled once back)
+                self._settling[r.id] = (r, self.pool.submit(self.jobs.details, r.id))
 
     def _reaped(self, done: Reaped) -> None:
         r = self.state.ending.pop(done.id, None)
