@@ -206,7 +206,7 @@ def dependencies(p: Pass) -> None:
         elif pending:
             more = " ..." if len(pending) > 3 else ""
             p.note(w, f"after {', '.join(pending[:3])}{more}: starts once they SUCCEEDED", hold="after")
-    for job_id in sorted(st.requeueing & set(st.waiting)):
+    for job_id in sorted(i for i in st.requeueing if i in st.waiting):
         p.note(st.waiting[job_id], "preempted: back in the queue in a moment", hold="requeueing")
 
 
