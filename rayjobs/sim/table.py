@@ -32,7 +32,9 @@ def _cell(r: Mapping[str, Any], key: str) -> str:
         return "-"
     if key.endswith("_s") or key.startswith("p95:"):
         return f"{v / 3600:.2f} h" if key != "cpu_s" else f"{v:.1f}"
-    return f"{v:.3f}" if isinstance(v, float) and abs(v) < 10 else f"{v:g}"
+    if isinstance(v, float):
+        return f"{v:.3f}" if abs(v) < 10 else f"{v:.1f}"
+    return str(v)
 
 
 def markdown(reports: Mapping[str, Mapping[str, Any]]) -> str:
