@@ -46,7 +46,7 @@ def main() -> None:
     # the same line behind 16 running preemptible jobs, and an urgent one to preempt for
     runs = [running(f"r{i}", [8], preemptible=True) for i in range(16)]
     urgent = queued("urgent", [8], at=NOW, priority=10)
-    held = lambda ids: {i: {f"n{int(i[1:])}": [8.0, 24.0]} for i in ids}  # noqa: E731
+    held = {r[1]["rec"].id: {f"n{int(r[1]['rec'].id[1:])}": [8.0, 24.0]} for r in runs}
     pre = passes(state(*runs, urgent, *jobs), cluster(*[node(f"n{i}", 8, free=0) for i in range(16)], holdings=held),
                  a.rounds)
     rows = [(name, f"{median(xs):.2f}", f"{max(xs):.2f}", f"≤ 10 ms: {doc.met(median(xs), 10)}") for name, xs in (

@@ -78,7 +78,4 @@ class FakeCluster:
             take = min(n.gpus, left)
             left -= take
             out.append(capacity.Node(n.id, n.gpus, n.cpus, n.gpus - take, n.cpus - 3 * take))
-        return Observed(out, {i: [] for i in running}, set())
-
-    def holdings(self, ids: Sequence[str]) -> Mapping[str, Any]:
-        return {i: self.held[i] for i in ids if i in self.held}
+        return Observed(out, {i: [] for i in running}, set(), {i: self.held[i] for i in running if i in self.held})

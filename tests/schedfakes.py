@@ -69,7 +69,8 @@ def node(node_id: str, gpus: int, *, free: Optional[int] = None, cpus: Optional[
 
 
 def cluster(*nodes: capacity.Node, holdings: Any = None) -> ClusterView:
-    return ClusterView(tuple(nodes), holdings or (lambda ids: {}))
+    """The nodes, and per running job what its placement groups hold per node (``{id: {node: [gpus, cpus]}}``)."""
+    return ClusterView(tuple(nodes), dict(holdings or {}))
 
 
 def dumps(x: Any) -> str:

@@ -229,7 +229,7 @@ def test_list_filters_and_pages(api):
     alice = api.http.get("/v1/jobs", params={"user": "alice"}).json()
     assert [v["submission_id"] for v in alice["jobs"]] == ["a1", "a2"]
     queued = api.http.get("/v1/jobs", params={"status": "QUEUED"}).json()
-    assert [v["submission_id"] for v in queued["jobs"]] == ["b1"]
+    assert [v["submission_id"] for v in queued["jobs"]] == ["a2"]  # fair share: bob's first job before alice's second
     page = api.http.get("/v1/jobs", params={"limit": 2}).json()
     assert page["total"] == 3 and len(page["jobs"]) == 2 and page["next"] == "2"
     rest = api.http.get("/v1/jobs", params={"limit": 2, "cursor": page["next"]}).json()

@@ -25,8 +25,9 @@ from rayjobs.api.job import Job, recorded_row
 from rayjobs.api.listing import all_jobs, list_jobs
 from rayjobs.api.settingsinfo import effective_settings, settings_notes
 from rayjobs.api.submitting import plan_experiment, submit_experiment, submit_sweep
+from rayjobs.api.replay import replay
 from rayjobs.api.usage import usage
 
 __all__ = ["Job", "all_jobs", "cluster_view", "compare_sweep", "effective_settings", "evaluate_checkpoints",
-           "list_jobs", "plan_experiment", "plot_jobs", "recorded_row", "rerun_job", "resume_job", "settings_notes",
+           "list_jobs", "plan_experiment", "plot_jobs", "recorded_row", "replay", "rerun_job", "resume_job", "settings_notes",
            "stop_jobs", "submit_experiment", "submit_sweep", "usage"]

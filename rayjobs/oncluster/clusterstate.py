@@ -31,13 +31,15 @@ def drivers(submission_id: str) -> Optional[dict[str, bool]]:
     return {jid.hex(): bool(d.is_dead) for jid, d in got.items()}
 
 
-def placement() -> tuple[dict[str, list[float]], dict[str, list[int]]]:
+def placement() -> tuple[dict[str, list[float]], dict[str, list[int]], dict[str, dict[str, list[float]]]]:
     """(per node id: [GPUs, CPUs] held by CREATED placement groups,
-    per Ray JobID hex (its last 8 hex digits): the GPU count of each of its CREATED groups)."""
+    per Ray JobID hex (its last 8 hex digits): the GPU count of each of its CREATED groups,
+    per Ray JobID hex (the same): per node id, [GPUs, CPUs] its CREATED groups hold there)."""
     import ray
 
     used: dict[str, list[float]] = {}
     created: dict[str, list[int]] = {}
+    held: dict[str, dict[str, list[float]]] = {}
     try:
         pgs = ray.util.placement_group_table()
     except Exception:
@@ -46,39 +48,28 @@ def placement() -> tuple[dict[str, list[float]], dict[str, list[int]]]:
         if pg.get("state") != "CREATED":
             continue
         where = pg.get("bundles_to_node_id") or {}
+        mine = held.setdefault(str(pg_id)[-8:], {})
         gpus = 0.0
         for idx, b in (pg.get("bundles") or {}).items():
-            u = used.setdefault(str(where.get(idx, "")), [0.0, 0.0])
-            u[0] += float(b.get("GPU", 0))
-            u[1] += float(b.get("CPU", 0))
+            node = str(where.get(idx, ""))
+            for u in (used.setdefault(node, [0.0, 0.0]), mine.setdefault(node, [0.0, 0.0])):
+                u[0] += float(b.get("GPU", 0))
+                u[1] += float(b.get("CPU", 0))
             gpus += float(b.get("GPU", 0))
         if gpus > 0:
             created.setdefault(str(pg_id)[-8:], []).append(int(round(gpus)))
-    return used, created
+    return used, created, held
 
 
-def held_by(submission_ids: list[str]) -> dict[str, dict[str, list[float]]]:
-    """Per job: per node id, [GPUs, CPUs] its trainer's CREATED placement groups hold there (what a
-    preemption would free). One read of the placement-group table, one driver lookup per job."""
-    import ray
-
-    try:
-        pgs = ray.util.placement_group_table()
-    except Exception:
-        return {}
-    out: dict[str, dict[str, list[float]]] = {}
-    for sid in submission_ids:
-        jids = {jid[-8:] for jid in (drivers(sid) or {})}
-        mine: dict[str, list[float]] = {}
-        for pg_id, pg in pgs.items():
-            if pg.get("state") != "CREATED" or str(pg_id)[-8:] not in jids:
-                continue
-            where = pg.get("bundles_to_node_id") or {}
-            for idx, b in (pg.get("bundles") or {}).items():
-                u = mine.setdefault(str(where.get(idx, "")), [0.0, 0.0])
-                u[0] += float(b.get("GPU", 0))
-                u[1] += float(b.get("CPU", 0))
-        out[sid] = mine
+def holdings_of(found: Optional[dict[str, bool]], held: Mapping[str, Mapping[str, Sequence[float]]]) -> dict[str, list[float]]:
+    """Per node id, [GPUs, CPUs] a job's trainer's CREATED placement groups hold (what its preemption
+    would free): ``found`` its drivers (:func:`drivers`), ``held`` per JobID (:func:`placement`)."""
+    out: dict[str, list[float]] = {}
+    for jid in found or {}:
+        for node, (g, c) in held.get(jid[-8:], {}).items():
+            u = out.setdefault(node, [0.0, 0.0])
+            u[0] += float(g)
+            u[1] += float(c)
     return out
 
 
@@ -89,18 +80,19 @@ def free_now() -> dict[str, Any]:
     return ray._private.state.available_resources_per_node()
 
 
-def nodes(free: Optional[dict[str, Any]] = None) -> tuple[list[capacity.Node], dict[str, list[int]]]:
-    """(the alive nodes with what is free on each, the CREATED GPU groups per Ray JobID)."""
+def nodes(free: Optional[dict[str, Any]] = None) -> tuple[list[capacity.Node], dict[str, list[int]], dict[str, Any]]:
+    """(the alive nodes with what is free on each, the CREATED GPU groups per Ray JobID, what those
+    groups hold per node per Ray JobID)."""
     import ray
 
     total = ray._private.state.total_resources_per_node()
     free = free_now() if free is None else free
-    used, created = placement()
+    used, created, held = placement()
     out = []
     for n in capacity.nodes_from_ray(total, free):
         u = used.get(n.id, [0.0, 0.0])
         out.append(capacity.Node(n.id, n.gpus, n.cpus, min(n.free_gpus, n.gpus - u[0]), min(n.free_cpus, n.cpus - u[1])))
-    return out, created
+    return out, created, held
 
 
 def unplaced(groups: list[int], found: Optional[dict[str, bool]], created: dict[str, list[int]], retry_left: bool,
@@ -132,15 +124,15 @@ def describe_cluster(nodes_now: Sequence[capacity.Node]) -> dict[str, Any]:
 @dataclass
 class Observed:
     """One reading of the cluster for the queue: the nodes, and per running job the groups it has
-    not placed yet (None: Ray could not be asked) and whether its trainer's drivers are all dead."""
+    not placed yet (None: Ray could not be asked), whether its trainer's drivers are all dead, and
+    what its placement groups hold per node (``held``: what a preemption of it would free)."""
 
     nodes: list[capacity.Node] = field(default_factory=list)
     unplaced: dict[str, Optional[list[int]]] = field(default_factory=dict)
     trainer_gone: set[str] = field(default_factory=set)
+    held: dict[str, dict[str, list[float]]] = field(default_factory=dict)
 
 
-#: A preemption's "what would it free" answer is kept this long for the same candidates (GCS queries).
-HOLDINGS_FRESH_S = 5.0
 #: While nothing moves (the same free GPUs and CPUs, the same running jobs, all placed), the full
 #: reading (placement groups, drivers) is taken again only this often...
 FULL_EVERY_S = 2.0
@@ -153,7 +145,6 @@ class ClusterReader:
     """The queue's reader of Ray's cluster state (the one place that asks Ray's GCS)."""
 
     def __init__(self) -> None:
-        self._held: tuple[float, tuple[str, ...], Mapping[str, Any]] = (0.0, (), {})
         self._last: tuple[float, Any, Observed] = (0.0, None, Observed())
         self._moved_at = 0.0
 
@@ -173,31 +164,23 @@ class ClusterReader:
             self._moved_at = now
         if (now - at < FULL_EVERY_S and now - self._moved_at >= SETTLE_S
                 and not any(r.unplaced for r in running.values() if r.in_ray)):
-            return Observed(list(last.nodes), {i: None if v is None else list(v) for i, v in last.unplaced.items()})
+            return Observed(list(last.nodes), {i: None if v is None else list(v) for i, v in last.unplaced.items()},
+                            held={i: dict(v) for i, v in last.held.items()})
         out = self._observe(running, free)
         self._last = (now, key, out)
         return out
 
     def _observe(self, running: Mapping[str, Any], free: dict[str, Any]) -> Observed:
-        nodes_now, created = nodes(free)
+        nodes_now, created, held = nodes(free)
         out = Observed(nodes_now)
         for job_id, r in running.items():
             if not r.in_ray:
                 continue
             found = drivers(job_id)
+            out.held[job_id] = holdings_of(found, held)
             left = unplaced(list(r.req.groups), found, created, r.req.retries > 0, r.unplaced)
             out.unplaced[job_id] = left
             if r.req.groups and not r.req.retries and not r.ending and not (r.unplaced if left is None else left):
                 if found and all(found.values()):
                     out.trainer_gone.add(job_id)
         return out
-
-    def holdings(self, ids: Sequence[str]) -> Mapping[str, Any]:
-        """What each of ``ids``' placement groups hold per node, kept :data:`HOLDINGS_FRESH_S` for the same ids."""
-        at, key, held = self._held
-        ids = tuple(ids)
-        if key == ids and time.monotonic() - at < HOLDINGS_FRESH_S:
-            return held
-        held = held_by(list(ids))
-        self._held = (time.monotonic(), ids, held)
-        return held

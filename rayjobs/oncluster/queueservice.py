@@ -30,6 +30,7 @@ from rayjobs.contract.status import TERMINAL, State
 from rayjobs.oncluster import pruning, scheduler
 from rayjobs.oncluster.admission import Admitter, Seen, Submitted
 from rayjobs.oncluster.headapi import LOST, JobsClient
+from rayjobs.oncluster.histories import Histories
 from rayjobs.oncluster.jobrecord import finish_record, lost_attempt, next_attempt, requeued_record
 from rayjobs.oncluster.preemption import Preemptions
 from rayjobs.oncluster.queuestate import QueueState, Running
@@ -52,9 +53,29 @@ def policy_from_env() -> Policy:
     from rayjobs.oncluster import policy as team, standby
 
     on = os.environ.get("RAYJOBS_QUEUE", "1").strip().lower() not in ("0", "off", "false", "no")
+    fair = os.environ.get("RAYJOBS_FAIR_SHARE", "1").strip().lower() not in ("0", "off", "false", "no")
     order = os.environ.get("RAYJOBS_PREEMPT_ORDER", "least-work").strip().lower()
-    return Policy(backfill_s=float(os.environ.get("RAYJOBS_QUEUE_BACKFILL_S", 300.0)), quota=team.quota_from_env(),
-                  enabled=on, standby=standby.enabled(), victim_order="priority" if order == "priority" else "least-work")
+    d = Policy()
+    return Policy(backfill_s=_env_float("RAYJOBS_QUEUE_BACKFILL_S", d.backfill_s), quota=team.quota_from_env(),
+                  enabled=on, standby=standby.enabled(), victim_order="priority" if order == "priority" else "least-work",
+                  fair_share=fair, fair_half_life_s=_env_float("RAYJOBS_FAIR_HALF_LIFE_S", d.fair_half_life_s),
+                  size_weight=_env_float("RAYJOBS_FAIR_SIZE_WEIGHT", d.size_weight),
+                  reclaim_short_s=_env_float("RAYJOBS_FAIR_RECLAIM_S", d.reclaim_short_s))
+
+
+def _env_float(name: str, default: float) -> float:
+    """A number of the head's environment; a malformed or negative one is said on stderr and the default used."""
+    import sys
+
+    text = os.environ.get(name, "").strip()
+    try:
+        value = float(text) if text else default
+        if value < 0:
+            raise ValueError
+        return value
+    except ValueError:
+        print(f"[rayjobs] warning: {name}={text!r} is not a number >= 0; {default:g} applies", file=sys.stderr, flush=True)
+        return default
 
 
 class QueueService:
@@ -75,6 +96,7 @@ class QueueService:
         self.session, self.started_at, self.ray_logs = session, time.time(), ray_logs
         self.pool = pool or ThreadPoolExecutor(max_workers=4, thread_name_prefix="rayjobs-queue")
         self.state = QueueState()
+        self.state.half_life_s = self.policy.fair_half_life_s or 1.0
         self.records: dict[str, JobRecord] = {}
         self.events: collections.deque = collections.deque(maxlen=2000)
         self.standby = Standby(jobs, self.pool, store.code_dir, self._cold_submit)
@@ -83,8 +105,11 @@ class QueueService:
                                enabled=reap is not None and reap_enabled, note=self.note)
         self.preemptions = Preemptions(jobs, self.pool, note=self.note)
         self.rungs = Rungs(self._put, lambda job_id: self.pool.submit(self.jobs.stop, job_id), note=self.note)
+        self.histories = Histories(self.pool)
+        self._settling: dict[str, tuple[Running, Future]] = {}  #: ended jobs whose Ray details are being read
         self.decision = Decision()
         self.nodes: list[Any] = []
+        self.held: dict[str, Any] = {}  #: per running job, what its placement groups hold per node
         self.prune_every_s = float(os.environ.get(pruning.EVERY_ENV, 60.0))
         self._pruning: Optional[Future] = None
         self._pruned_at = time.monotonic()
@@ -105,9 +130,10 @@ class QueueService:
         for tmp in self.store.stray_tmp():  # writers cut off mid-write: their old versions stand
             tmp.unlink(missing_ok=True) if tmp.is_file() else None
         self.records = dict(records)
-        for rec in records.values():
+        for rec in sorted(records.values(), key=lambda r: float(r.finished_at or 0)):
             if rec.state == State.DONE:
                 self.state.done[rec.id] = str(rec.status)
+                self.state.remember(rec)
         for rec in sorted(records.values(), key=lambda r: float(r.queued_at or 0)):
             if rec.state == State.WAITING:
                 self.state.queue(rec)
@@ -150,7 +176,7 @@ class QueueService:
         self.state.gpu_gate = self.reaping.gate()
         self.state.standby = self.standby.sid
         self.state.requeueing = {i for i in self.preemptions.requeueing() if i in self.state.waiting}
-        self.rungs.observe(self.state, now)
+        self.histories.observe(self.state, now)
         if self.state.waiting:
             self.preemptions.observe(self.state, now)
         self._decide(now)
@@ -166,16 +192,12 @@ class QueueService:
     def _decide(self, now: float) -> None:
         """Run the rules when an input changed (or their clocks may have moved on); carry out the actions."""
         st = self.state
-        if not st.waiting and not any(r.preempting_for or r.req.halving for r in st.running.values()):
-            self.decision = Decision()
-            return
         key = (st.version, tuple(self.nodes), st.gpu_gate, st.standby, frozenset(st.requeueing),
                tuple((i, tuple(r.unplaced), r.in_ray, r.ending) for i, r in st.running.items()))
         last, at = self._decided
         if key == last and now - at < DECIDE_EVERY_S:
             return
-        view = scheduler.ClusterView(tuple(self.nodes), getattr(self.cluster, "holdings", scheduler._no_holdings))
-        self.decision = scheduler.decide(st, view, self.policy, now)
+        self.decision = scheduler.decide(st, scheduler.ClusterView(tuple(self.nodes), self.held), self.policy, now)
         for action in self.decision.actions:
             self._apply(action, now)
         self._decided = (key if not self.decision.actions else None, now)
@@ -183,7 +205,7 @@ class QueueService:
     def _observe(self) -> None:
         """What is free per node, and per running job what it has placed and whether its trainer left."""
         seen = self.cluster.observe(self.state.running)
-        self.nodes = list(seen.nodes)
+        self.nodes, self.held = list(seen.nodes), dict(seen.held)
         for job_id, left in seen.unplaced.items():
             r = self.state.running.get(job_id)
             if r is not None and left is not None:
@@ -208,27 +230,11 @@ class QueueService:
 
     # ---------------------------------------------------------------- carrying out the rules
     def _apply(self, action: scheduler.Action, now: float) -> None:
-        st = self.state
-        if isinstance(action, Admit) and action.id in st.waiting:
-            self.admit(action.id, action.note, now)
-        elif isinstance(action, Fail) and action.id in st.waiting:
-            st.take(action.id)
-            self.standby.cancel(action.id)
-            self.finish(self.records[action.id], "FAILED", action.message, cause=action.cause)
-        elif isinstance(action, Preempt) and action.id in st.running:
-            r = st.running[action.id]
-            r.rec = self._put(r.rec.with_(preempting=dict(self.preemptions.ask(r, action.by, now), why=action.why)))
-        elif isinstance(action, CallOff) and action.id in st.running:
-            r = st.running[action.id]
-            self.preemptions.call_off(r, action.by)
-            r.rec = self._put(r.rec.with_(preempting=dict(r.rec.preempting or {}, called_off=now)))
-        elif isinstance(action, StopOverdue) and action.id in st.running:
-            self.preemptions.stop_now(st.running[action.id])
-            self.note("preemption overdue: stopped", action.id)
-        elif isinstance(action, Offer) and action.id in st.waiting:
-            self.standby.offer(st.waiting[action.id].rec)
-        elif isinstance(action, Rung) and action.id in st.running:
-            self.rungs.at_rung(st, st.running[action.id], action.verdict, now)
+        """Carry out one action (:data:`_CARRY`: how, and where its job must still be: a job that
+        left that place since the pass -- ended, stopped -- is passed over)."""
+        carry, where = _CARRY[type(action)]
+        if action.id in getattr(self.state, where):
+            carry(self, action, now)
 
     def admit(self, job_id: str, note: str, now: float) -> None:
         """Hand a waiting job to Ray: its record says admitted (durably) before Ray is asked."""
@@ -254,6 +260,10 @@ class QueueService:
                 self._seen(got)
         for done in self.reaping.collect():
             self._reaped(done)
+        for job_id in [i for i, (_, f) in self._settling.items() if f.done()]:
+            r, f = self._settling.pop(job_id)
+            self.state.ending.pop(job_id, None)
+            self._settle(r, [], f.result() if f.exception() is None else {})  # ({}: not asked again, on the loop)
 
     def _submitted(self, got: Submitted) -> None:
         r = self.state.running.get(got.id)
@@ -282,14 +292,18 @@ class QueueService:
         """Its Ray job ended (``outcome``: a status) or Ray lost it (LOST): end what it left on the
         nodes, then settle it. Its GPUs go to no one meanwhile."""
         self.state.running.pop(r.id, None)
+        self.state.released(r, time.time(), outcome)  # its user's use, how long its kind of run takes
         self.admitter.forget(r.id)
         r.ended = outcome
         self.state.ending[r.id] = r
         self.state.version += 1
         self._fast_until = time.monotonic() + FAST_POLL_S
         if not self.reaping.job_ended(r.id, outcome, bool(r.req.groups)):
-            self.state.ending.pop(r.id, None)
-            self._settle(r, [], None if outcome == LOST else self.jobs.details(r.id))
+            if outcome == LOST:
+                self.state.ending.pop(r.id, None)
+                self._settle(r, [], None)
+            else:  # Ray's details of its end (a dashboard call: in the pool, settled once back)
+                self._settling[r.id] = (r, self.pool.submit(self.jobs.details, r.id))
 
     def _reaped(self, done: Reaped) -> None:
         r = self.state.ending.pop(done.id, None)
@@ -349,3 +363,37 @@ class QueueService:
         self._fast_until = time.monotonic() + FAST_POLL_S
         self.note(status.lower(), rec.id)
         return done
+
+
+def _fail(svc: QueueService, a: Fail, now: float) -> None:
+    svc.state.take(a.id)
+    svc.standby.cancel(a.id)
+    svc.finish(svc.records[a.id], "FAILED", a.message, cause=a.cause)
+
+
+def _preempt(svc: QueueService, a: Preempt, now: float) -> None:
+    r = svc.state.running[a.id]
+    r.rec = svc._put(r.rec.with_(preempting=dict(svc.preemptions.ask(r, a.by, now), why=a.why)))
+
+
+def _call_off(svc: QueueService, a: CallOff, now: float) -> None:
+    r = svc.state.running[a.id]
+    svc.preemptions.call_off(r, a.by)
+    r.rec = svc._put(r.rec.with_(preempting=dict(r.rec.preempting or {}, called_off=now)))
+
+
+def _stop_overdue(svc: QueueService, a: StopOverdue, now: float) -> None:
+    svc.preemptions.stop_now(svc.state.running[a.id])
+    svc.note("preemption overdue: stopped", a.id)
+
+
+#: Each action kind: how the service carries it out, and where its job must still be.
+_CARRY: dict[type, tuple[Callable[[QueueService, Any, float], None], str]] = {
+    Admit: (lambda svc, a, now: svc.admit(a.id, a.note, now), "waiting"),
+    Fail: (_fail, "waiting"),
+    Offer: (lambda svc, a, now: svc.standby.offer(svc.state.waiting[a.id].rec), "waiting"),
+    Preempt: (_preempt, "running"),
+    CallOff: (_call_off, "running"),
+    StopOverdue: (_stop_overdue, "running"),
+    Rung: (lambda svc, a, now: svc.rungs.at_rung(svc.state, svc.state.running[a.id], a.verdict, now), "running"),
+}

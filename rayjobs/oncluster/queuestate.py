@@ -10,9 +10,11 @@ are only their status (``done``), which dependencies read. No I/O here; the queu
 from __future__ import annotations
 
 import bisect
+import heapq
+import math
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from rayjobs.contract.record import JobRecord
 from rayjobs.oncluster.request import Request, request_from_record
@@ -55,6 +57,19 @@ class Running:
         return self.req.id
 
 
+#: Runs of a kind whose lengths are kept (the expectation is the longest of them: it errs long).
+KEEP_RUNS = 5
+
+
+def run_kind(job: Any) -> str:
+    """Runs expected to take alike: the points of a sweep; else one user's runs of one experiment on
+    the same GPU groups."""
+    req = job.req
+    if req.sweep:
+        return f"sweep:{req.sweep}"
+    return f"{req.user}/{job.rec.meta.experiment}/{','.join(str(g) for g in req.groups)}"
+
+
 def _demand(req: Request) -> tuple[int, ...]:
     return tuple(sorted(req.groups))
 
@@ -80,6 +95,12 @@ class QueueState:
         self.shapes: Counter = Counter()
         #: successive halving: sweep -> rung -> {job id: its value there}, of every point that reached it
         self.ladder: dict[str, dict[int, dict[str, float]]] = {}
+        self._lines: dict[str, list[tuple[tuple, str]]] = {}  #: user -> their part of the line, in order
+        #: per user, GPU-seconds held before now, decayed (half-life ``half_life_s``), as of ``(value, at)``
+        self.usage: dict[str, tuple[float, float]] = {}
+        self.half_life_s = 4 * 3600.0
+        #: how long runs took, admission to their GPUs' return, per kind of run (:func:`run_kind`): the newest few
+        self.took: dict[str, list[float]] = {}
 
     # ------------------------------------------------------------------ the line
     def queue(self, rec: JobRecord) -> Waiting:
@@ -88,6 +109,7 @@ class QueueState:
         w = Waiting(rec, request_from_record(rec))
         self.waiting[w.id] = w
         bisect.insort(self._line, (w.req.key(), w.id))
+        bisect.insort(self._lines.setdefault(w.req.user, []), (w.req.key(), w.id))
         if w.req.after:
             self.with_after.add(w.id)
         if w.req.groups:
@@ -102,9 +124,12 @@ class QueueState:
         w = self.waiting.pop(job_id, None)
         if w is None:
             return None
-        i = bisect.bisect_left(self._line, (w.req.key(), w.id))
-        if i < len(self._line) and self._line[i][1] == w.id:
-            del self._line[i]
+        for line in (self._line, self._lines.get(w.req.user, [])):
+            i = bisect.bisect_left(line, (w.req.key(), w.id))
+            if i < len(line) and line[i][1] == w.id:
+                del line[i]
+        if not self._lines.get(w.req.user, True):
+            del self._lines[w.req.user]
         self.with_after.discard(w.id)
         self.requeueing.discard(w.id)
         self.gpuless.discard(w.id)
@@ -125,6 +150,29 @@ class QueueState:
         """The waiting jobs in line order: priority, submission, sweep point, when queued."""
         for _, job_id in self._line:
             yield self.waiting[job_id]
+
+    def in_fair_order(self, rank: Callable[[Waiting], float]) -> Iterator[Waiting]:
+        """The waiting jobs, priority first, then -- among the users' next jobs of that priority --
+        the job of the lowest ``rank`` (read again for a user's next job each time one of theirs is
+        taken: a user's rank may rise as the pass admits their jobs), then the line's own order."""
+        heap = []
+        for user, line in self._lines.items():
+            if line:
+                w = self.waiting[line[0][1]]
+                heap.append(((line[0][0][0], rank(w), line[0][0]), user, 0))
+        heapq.heapify(heap)
+        while heap:
+            _, user, i = heapq.heappop(heap)
+            line = self._lines.get(user, [])
+            if i < len(line):
+                yield self.waiting[line[i][1]]
+                if i + 1 < len(line):
+                    nxt = self.waiting[line[i + 1][1]]
+                    heapq.heappush(heap, ((line[i + 1][0][0], rank(nxt), line[i + 1][0]), user, i + 1))
+
+    def waiting_users(self) -> set[str]:
+        """The users with jobs in line."""
+        return set(self._lines)
 
     def position(self, job_id: str) -> Optional[int]:
         """A waiting job's place in line (1 = next)."""
@@ -157,6 +205,50 @@ class QueueState:
 
     def holds(self, job_id: str) -> bool:
         return job_id in self.waiting or job_id in self.running or job_id in self.ending
+
+    def charge(self, user: str, gpus: int, start: float, end: float) -> None:
+        """``user`` held ``gpus`` from ``start`` to ``end`` (epoch s): added to their decayed usage."""
+        if gpus <= 0 or end <= start:
+            return
+        h = self.half_life_s / math.log(2)  # the decay's time constant
+        value, at = self.usage.get(user, (0.0, end))
+        ref = max(at, end)
+        value *= math.exp(-(ref - at) / h)
+        value += gpus * h * (math.exp(-(ref - end) / h) - math.exp(-(ref - start) / h))
+        self.usage[user] = (value, ref)
+
+    def released(self, r: Running, at: float, status: str = "") -> None:
+        """``r``'s GPUs went back at ``at`` (epoch s; it ended, or was stopped): its user's usage grows,
+        and a run that SUCCEEDED tells how long its kind of run takes (:meth:`expected_s`)."""
+        self.charge(r.req.user, r.req.gpus, r.admitted_at, at)
+        if status == "SUCCEEDED" and at > r.admitted_at and not r.rec.preemptions and not r.rec.lost:
+            runs = self.took.setdefault(run_kind(r), [])
+            runs.append(at - r.admitted_at)
+            del runs[:-KEEP_RUNS]
+
+    def remember(self, rec: JobRecord) -> None:
+        """What an ended job's record says (a restart of the queue): its user's use over its spans,
+        and -- SUCCEEDED in one run, never preempted or lost -- how long its kind of run takes."""
+        req = request_from_record(rec)
+        for a, b in rec.spans:
+            self.charge(req.user, req.gpus, float(a), float(b))
+        if str(rec.status) == "SUCCEEDED" and len(rec.spans) == 1 and not rec.preemptions and not rec.lost:
+            a, b = rec.spans[0]
+            runs = self.took.setdefault(run_kind(Waiting(rec, req)), [])
+            runs.append(float(b) - float(a))
+            del runs[:-KEEP_RUNS]
+
+    def expected_s(self, job: Any) -> Optional[float]:
+        """How long a run of ``job`` (waiting or running) is expected to take: the longest of the last
+        :data:`KEEP_RUNS` runs of its kind that succeeded (a sweep's points; a user's runs of one
+        experiment on the same GPUs); None before one did."""
+        runs = self.took.get(run_kind(job))
+        return max(runs) if runs else None
+
+    def used(self, user: str, now: float) -> float:
+        """``user``'s GPU-seconds of ended holdings, decayed to ``now`` (half-life ``half_life_s``)."""
+        value, at = self.usage.get(user, (0.0, now))
+        return value * math.exp(-max(0.0, now - at) * math.log(2) / self.half_life_s)
 
     def gpus_by_user(self) -> dict[str, int]:
         out: dict[str, int] = {}

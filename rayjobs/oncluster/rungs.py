@@ -4,23 +4,19 @@ stop it at its first checkpoint at or past the rung (the rung's own, where ``tra
 divides it: the steps it trained since are not worth waiting for), naming why.
 
 The values at rungs are kept in each job's record (``rungs``), so the ladder a later point is
-ranked on survives a restart of the queue; the metrics are re-read at most every ``READ_EVERY_S``.
+ranked on survives a restart of the queue; the metrics are read by :mod:`rayjobs.oncluster.histories`.
 """
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any, Callable
 
-from rayjobs.contract.metrics import run_history
 from rayjobs.contract.record import JobRecord
 from rayjobs.oncluster.checkpointwatch import ask_stop
 from rayjobs.oncluster.halving import Verdict
 from rayjobs.oncluster.queuestate import QueueState, Running
 from rayjobs.shared import stamp
-
-READ_EVERY_S = 1.0
 
 
 def log(msg: str) -> None:
@@ -34,7 +30,6 @@ class Rungs:
     def __init__(self, put: Callable[[JobRecord], JobRecord], stop: Callable[[str], Any],
                  note: Callable[[str, str], None] = lambda what, sid: None) -> None:
         self.put, self.stop, self.note = put, stop, note
-        self._read_at = 0.0
 
     def recover(self, state: QueueState, records: dict[str, JobRecord]) -> None:
         """The ladder from the records (values at rungs of every point of a halved sweep)."""
@@ -42,19 +37,6 @@ class Rungs:
             for rung, value in (rec.rungs or {}).items():
                 if value is not None:
                     state.reached(rec.meta.sweep, int(rung), rec.id, float(value))
-
-    def observe(self, state: QueueState, now: float) -> None:
-        """Refresh the history of every running point that may still be halved (bounded by READ_EVERY_S)."""
-        if now - self._read_at < READ_EVERY_S:
-            return
-        self._read_at = now
-        for r in state.running.values():
-            if r.req.halving is None or r.rec.halved or r.stop_asked or r.ending:
-                continue
-            h = run_history(r.rec.meta.run_dir)
-            if h and (not r.history or max(h) != max(r.history)):
-                r.history = h
-                state.version += 1  # a new step: the rules look again
 
     def at_rung(self, state: QueueState, r: Running, v: Verdict, now: float) -> None:
         """Record the point's value at the rung; halve it if it does not go on."""

@@ -27,124 +27,20 @@ built by hand. Nothing else changes: actions are carried out by the service.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence
 
 from rayjobs.oncluster import capacity, halving, policy as team
+from rayjobs.oncluster.decision import (  # noqa: F401  (the rules' inputs and answers, by their usual names)
+    Action, Admit, CallOff, ClusterView, Decision, Fail, Holdings, Offer, Policy, Preempt, Rung, StopOverdue,
+)
 from rayjobs.oncluster.queuestate import QueueState, Running, Waiting
 
+#: Jobs blocked longer than ``backfill_s`` with GPUs kept for them at a time (EASY backfill keeps one).
+KEEP_FOR = 1
 #: What an admitted job's preemption may wait past its ``preempt_wait_s`` before the queue stops it.
 OVERDUE_GRACE_S = 60.0
-
-
-# --------------------------------------------------------------------------- inputs
-Holdings = Mapping[str, Mapping[str, Sequence[float]]]
-
-
-def _no_holdings(ids: Sequence[str]) -> Holdings:
-    return {}
-
-
-@dataclass(frozen=True)
-class ClusterView:
-    """What is free on each alive node now (GPUs and CPUs, after the placement groups already
-    created), and -- asked only when a preemption is weighed -- what each running job's placement
-    groups hold per node: ``holdings(ids) -> {id: {node id: [gpus, cpus]}}``."""
-
-    nodes: tuple[capacity.Node, ...] = ()
-    holdings: Callable[[Sequence[str]], Holdings] = _no_holdings
-
-    @property
-    def has_gpus(self) -> bool:
-        return any(n.gpus for n in self.nodes)
-
-
-@dataclass(frozen=True)
-class Policy:
-    """The head's settings (environment of ``ray start`` on the head)."""
-
-    backfill_s: float = 300.0  #: RAYJOBS_QUEUE_BACKFILL_S
-    quota: Mapping[str, int] = field(default_factory=dict)  #: RAYJOBS_QUOTA_GPUS
-    enabled: bool = True  #: RAYJOBS_QUEUE (off: every job starts at once, as plain Ray would)
-    standby: bool = True  #: RAYJOBS_QUEUE_STANDBY (pre-start the next job)
-    victim_order: str = "least-work"  #: RAYJOBS_PREEMPT_ORDER: least-work | priority (lowest, then youngest)
-
-
-# --------------------------------------------------------------------------- actions
-@dataclass(frozen=True)
-class Admit:
-    """Hand the job to Ray now."""
-
-    id: str
-    note: str = ""
-
-
-@dataclass(frozen=True)
-class Fail:
-    """End a waiting job FAILED without starting it."""
-
-    id: str
-    message: str
-    cause: str
-
-
-@dataclass(frozen=True)
-class Preempt:
-    """Stop a running job at its next checkpoint, for ``by``; it goes back in line after (``why``: why it)."""
-
-    id: str
-    by: str
-    why: str = ""
-
-
-@dataclass(frozen=True)
-class CallOff:
-    """Withdraw the preemption of ``id`` (``by`` no longer waits): it trains on."""
-
-    id: str
-    by: str
-
-
-@dataclass(frozen=True)
-class StopOverdue:
-    """A preempted job's runner did not stop it in time: stop it now."""
-
-    id: str
-
-
-@dataclass(frozen=True)
-class Offer:
-    """Pre-start this waiting job in Ray (its runner holds until admission)."""
-
-    id: str
-
-
-@dataclass(frozen=True)
-class Rung:
-    """A sweep point reached a rung of its successive halving: its standing there, and whether it
-    goes on (else it is stopped at its next checkpoint: halved)."""
-
-    id: str
-    verdict: halving.Verdict
-
-
-Action = Union[Admit, Fail, Preempt, CallOff, StopOverdue, Offer, Rung]
-
-
-@dataclass
-class Decision:
-    """What one pass decided: the actions in order, and why the jobs it looked at wait."""
-
-    actions: list[Action] = field(default_factory=list)
-    notes: dict[str, str] = field(default_factory=dict)  #: waiting id -> why it waits (those examined)
-    holds: dict[str, str] = field(default_factory=dict)  #: waiting id -> "after" | "quota" | "requeueing"
-    reserving_for: Optional[str] = None  #: nothing behind this job in line may start
-    blocked: str = ""  #: why (the note every later job waits with)
-    gate: str = ""  #: why no GPU job was admitted at all (a reap under way)
-    examined: int = 0  #: waiting jobs the admission rule looked at (the pass's cost)
-
-    def of(self, kind: type) -> list[Any]:
-        return [a for a in self.actions if isinstance(a, kind)]
 
 
 # --------------------------------------------------------------------------- one pass
@@ -161,6 +57,28 @@ class Pass:
     started: set[str] = field(default_factory=set)  #: admitted or failed in this pass
     preempting: dict[str, str] = field(default_factory=dict)  #: victim -> for whom (before this pass and in it)
     reserved: list[int] = field(default_factory=list)  #: groups promised to admitted jobs not placed yet
+    held: dict[str, int] = field(default_factory=dict)  #: GPUs per user: running, and admitted in this pass
+    kept: dict[str, float] = field(default_factory=dict)  #: GPUs per node kept for jobs blocked too long
+    kept_until: Optional[dict[str, float]] = None  #: per node with GPUs kept, when they should be free
+    blocked_kept: int = 0  #: jobs blocked longer than backfill_s that GPUs are kept for in this pass
+    nodes: list[capacity.Node] = field(default_factory=list)  #: free per node, less this pass's admissions
+    _share: Optional[float] = None
+    _ends: Optional[team.Ends] = None
+    _rank: Optional[Callable[[Waiting], float]] = None
+
+    def ends(self) -> team.Ends:
+        """Per node, when each running job there is expected to end (:func:`rayjobs.oncluster.policy.ends_by_node`)."""
+        if self._ends is None:
+            self._ends = team.ends_by_node(self.state.running.values(), self.cluster.holdings,
+                                           self.state.expected_s, self.now)
+        return self._ends
+
+    def share(self) -> float:
+        """An even share of the cluster's GPUs among the users with jobs running or waiting."""
+        if self._share is None:
+            users = self.state.waiting_users() | {r.req.user for r in self.state.running.values()}
+            self._share = sum(n.gpus for n in self.cluster.nodes) / max(1, len(users))
+        return self._share
 
     def act(self, action: Action) -> None:
         self.decision.actions.append(action)
@@ -181,21 +99,51 @@ class Pass:
         return len(self.started) + len(self.decision.holds) < len(self.state.waiting)
 
     def in_line(self) -> Any:
-        """The waiting jobs in order that no rule holds and none admitted or failed in this pass."""
+        """The waiting jobs in order that no rule holds and none admitted or failed in this pass: by
+        priority, then (with ``fair_share``) the user holding the least (:func:`rayjobs.oncluster.policy.fair_rank`),
+        then submission."""
         skip = self.decision.holds
-        return (w for w in self.state.in_order() if w.id not in skip and w.id not in self.started)
+        if self.policy.fair_share:
+            if self._rank is None:
+                self._rank = team.fair_rank(self.state, self.held, self.now, self.policy.size_weight)
+            line = self.state.in_fair_order(self._rank)
+        else:
+            line = self.state.in_order()
+        return (w for w in line if w.id not in skip and w.id not in self.started)
 
 
 def decide(state: QueueState, cluster: ClusterView, policy: Policy, now: float) -> Decision:
-    """Run :data:`RULES` over the queue once; the actions for the service to carry out, in order."""
+    """Run :data:`RULES` over the queue once; the actions for the service to carry out, in order
+    (none, at no cost, when :func:`needs_pass` says no rule could act)."""
+    if not needs_pass(state):
+        return Decision()
     p = Pass(state, cluster, policy, now)
     p.preempting = {r.id: r.preempting_for for r in state.running.values() if r.preempting_for}
     p.reserved = [g for r in state.running.values() for g in r.unplaced]
+    p.held = state.gpus_by_user()
     for rule in RULES:
         rule(p)
         if p.done:
             break
     return p.decision
+
+
+def needs_pass(state: QueueState) -> bool:
+    """Could a pass decide anything? Only while jobs wait, or while a running job is one a rule
+    about running jobs watches (:data:`WATCHES`)."""
+    return bool(state.waiting) or any(watch(r) for r in state.running.values() for watch in WATCHES)
+
+
+def _preempting(r: Running) -> bool:
+    return bool(r.preempting_for)  # call_off_preemptions, overdue_preemptions
+
+
+def _halved_sweep(r: Running) -> bool:
+    return r.req.halving is not None  # halve_at_rungs
+
+
+#: Running jobs a rule acts on with nothing waiting: a rule about running jobs adds its test here.
+WATCHES: tuple[Callable[[Running], bool], ...] = (_preempting, _halved_sweep)
 
 
 # --------------------------------------------------------------------------- the rules
@@ -258,7 +206,7 @@ def dependencies(p: Pass) -> None:
         elif pending:
             more = " ..." if len(pending) > 3 else ""
             p.note(w, f"after {', '.join(pending[:3])}{more}: starts once they SUCCEEDED", hold="after")
-    for job_id in sorted(st.requeueing & set(st.waiting)):
+    for job_id in sorted(i for i in st.requeueing if i in st.waiting):
         p.note(st.waiting[job_id], "preempted: back in the queue in a moment", hold="requeueing")
 
 
@@ -292,13 +240,14 @@ def reap_gate(p: Pass) -> None:
 
 def admit_in_order(p: Pass) -> None:
     """The line, in order: a job over its user's quota is passed over; one that fits is admitted
-    (its groups promised until its trainer has placed them); the first that does not fit either
-    has lower-priority preemptible jobs stopped for it, or -- blocked longer than ``backfill_s`` --
-    holds everything behind it; else later jobs may backfill past it."""
+    (its groups' nodes taken for the rest of the pass); the first that does not fit either has
+    lower-priority preemptible jobs stopped for it, or -- blocked longer than ``backfill_s`` -- has
+    GPUs kept for it (:func:`_keep_for`: the nodes closest to fitting it take no later job but
+    those expected to end before they are needed, :func:`_onto_kept`); else later jobs may backfill
+    past it."""
     if not p.state.shapes or not p.ready():
         return
-    nodes = list(p.cluster.nodes)
-    held = p.state.gpus_by_user()
+    p.nodes = list(p.cluster.nodes)
     # who else waits for GPUs: read only under a quota (a pass over every waiting job: 4 ms of 10,000)
     asking = ({w.req.user for w in p.state.waiting.values() if w.req.groups and w.id not in p.decision.holds}
               if p.policy.quota else set())
@@ -308,28 +257,105 @@ def admit_in_order(p: Pass) -> None:
         if not w.req.groups:
             continue
         p.decision.examined += 1
-        over = team.over_quota(p.policy.quota, w.req, held, asking)
+        over = team.over_quota(p.policy.quota, w.req, p.held, asking)
         if over:
             p.note(w, over, hold="quota")
             continue
         demand = tuple(sorted(w.req.groups))
-        v = failed.get(demand) or capacity.fit(w.req.groups, nodes, p.reserved)
+        v = failed.get(demand) or capacity.fit(w.req.groups, _free_for(p, w), p.reserved)
         if v.fits:
-            p.act(Admit(w.id))
-            p.reserved += list(w.req.groups)
-            held[w.req.user] = held.get(w.req.user, 0) + w.req.gpus
+            _admit(p, w, v)
             continue
         failed[demand] = v
+        if _kept_from(p, w):
+            continue
         never = v.state == capacity.NEVER
         p.note(w, ("can never fit the cluster as it is now: " if never else "waiting: ") + v.reason)
-        if not never and _preempt_for(p, w, nodes):
+        victims = [] if never else _preempt_for(p, w, p.nodes)
+        if victims and not _keep_for(p, w, p.nodes, victims):
             _hold_behind(p, w, "preempting for it")
             return
-        if not never and p.now - w.req.since >= p.policy.backfill_s:
+        if victims:
+            continue
+        if (not never and p.now - w.req.since >= p.policy.backfill_s and p.blocked_kept < KEEP_FOR
+                and not _keep_for(p, w, p.nodes)):
             _hold_behind(p, w, f"waiting > {p.policy.backfill_s:g} s; no backfill")
             return
         if shapes <= set(failed):  # every demand in line has failed: nothing behind can fit
             return
+
+
+def _free_for(p: Pass, w: Waiting) -> list[capacity.Node]:
+    """The nodes ``w`` may use: less the GPUs kept for jobs blocked too long; and for a job smaller
+    than a node, only nodes in use already while a job that needs whole nodes waits and fits."""
+    return team.less_kept(p.nodes, p.kept) if p.kept else p.nodes
+
+
+def _admit(p: Pass, w: Waiting, v: capacity.Verdict) -> None:
+    """Admit ``w`` where ``v`` placed it: those GPUs are taken for the rest of the pass."""
+    p.act(Admit(w.id))
+    p.held[w.req.user] = p.held.get(w.req.user, 0) + w.req.gpus
+    p.nodes = team.less_placed(p.nodes, w.req.groups, v.placement)
+
+
+def _kept_from(p: Pass, w: Waiting) -> bool:
+    """``w`` did not fit, but would on the free nodes as they are: GPUs kept for a blocked job, or
+    whole nodes left to a job that needs them, are in its way. It may still go onto the kept GPUs
+    if expected to be done before they are needed (:func:`_onto_kept`); True if it was dealt with."""
+    if not p.kept or not capacity.fit(w.req.groups, p.nodes, p.reserved).fits:
+        return False
+    if not _onto_kept(p, w, p.nodes):
+        p.note(w, p.decision.blocked)
+    return True
+
+
+def _onto_kept(p: Pass, w: Waiting, nodes: list[capacity.Node]) -> bool:
+    """A job expected to end (:meth:`QueueState.expected_s`: as its kind of run took) before the
+    GPUs kept for a blocked job are needed there -- the jobs on those nodes ending as expected
+    (:func:`rayjobs.oncluster.policy.kept_until`) -- may run on them: EASY backfill's test, on the
+    lengths runs were seen to take instead of users' time limits. True if it was admitted."""
+    took = p.state.expected_s(w)
+    if took is None:
+        return False
+    if p.kept_until is None:
+        p.kept_until = team.kept_until(p.kept, nodes, p.ends(), p.now)
+    still = {n: k for n, k in p.kept.items() if p.kept_until.get(n, math.inf) < p.now + took}
+    v = capacity.fit(w.req.groups, team.less_kept(nodes, still), p.reserved)
+    if not v.fits:
+        return False
+    p.act(Admit(w.id, f"backfilled onto GPUs kept for {p.decision.reserving_for}: expected to take {took:.0f} s, "
+                      f"done before they are needed"))
+    p.held[w.req.user] = p.held.get(w.req.user, 0) + w.req.gpus
+    p.nodes = team.less_placed(p.nodes, w.req.groups, v.placement)
+    return True
+
+
+def _keep_for(p: Pass, w: Waiting, nodes: list[capacity.Node], victims: Sequence[str] = ()) -> bool:
+    """Keep GPUs for ``w``: where it fits once its ``victims`` stopped, or -- blocked longer than
+    ``backfill_s`` -- on the nodes closest to fitting it (:func:`rayjobs.oncluster.policy.keep_nodes`).
+    No later job starts on them but one expected to end before they are needed (:func:`_onto_kept`);
+    the rest of the cluster stays open to backfill (a reservation, as EASY backfill's). False if no
+    set of nodes is left for it."""
+    if victims:
+        after = team.plus_held(nodes, [p.cluster.holdings.get(v, {}) for v in victims])
+        v = capacity.fit(w.req.groups, team.less_kept(after, p.kept), p.reserved)
+        got = team.per_node(w.req.groups, v.placement) if v.fits else None
+        why = "preempting for it"
+    else:
+        got = team.keep_nodes(w.req.groups, nodes, p.kept, p.ends(), p.now)
+        why = f"waiting > {p.policy.backfill_s:g} s"
+    if not got:
+        return False
+    for n, g in got.items():
+        p.kept[n] = p.kept.get(n, 0.0) + g
+    p.blocked_kept += 0 if victims else 1
+    p.kept_until = None
+    where = ", ".join(sorted(got))
+    p.note(w, f"{p.decision.notes.get(w.id, 'waiting')}; GPUs kept for it on {where} (no later job starts on them)")
+    if p.decision.reserving_for is None:
+        p.decision.reserving_for = w.id
+        p.decision.blocked = f"held behind {w.id} ({why}; no backfill onto the GPUs kept for it on {where})"
+    return True
 
 
 def _hold_behind(p: Pass, w: Waiting, why: str) -> None:
@@ -337,17 +363,18 @@ def _hold_behind(p: Pass, w: Waiting, why: str) -> None:
     p.decision.blocked = f"held behind {w.id} ({why})"
 
 
-def _preempt_for(p: Pass, w: Waiting, nodes: list[capacity.Node]) -> bool:
-    """Have preemptible jobs of lower priority stopped at their next checkpoint so that ``w`` fits
+def _preempt_for(p: Pass, w: Waiting, nodes: list[capacity.Node]) -> list[str]:
+    """Have preemptible jobs stopped at their next checkpoint so that ``w`` fits -- jobs of lower
+    priority, or (fair share) of a user holding more than ``w``'s (:func:`_reclaims`) --
     (:func:`rayjobs.oncluster.policy.cheapest_victims` chooses them: the least work lost; with
-    ``victim_order=priority``, :func:`~rayjobs.oncluster.policy.victims`); True if ``w`` waits for such stops."""
+    ``victim_order=priority``, :func:`~rayjobs.oncluster.policy.victims`); the jobs ``w`` waits for."""
     victims = sorted(v for v, by in p.preempting.items() if by == w.id)
     if not victims:
         cands = sorted((r for r in p.state.running.values() if _can_preempt(p, r, w)),
                        key=lambda r: (r.req.priority, -r.admitted_at))
         if not cands:
-            return False
-        held = p.cluster.holdings(tuple(r.id for r in cands))
+            return []
+        held = p.cluster.holdings
         if p.policy.victim_order == "priority":
             chosen, why = team.victims(w.req.groups, nodes, p.reserved, cands, held), "lowest priority, then youngest"
         else:
@@ -355,12 +382,12 @@ def _preempt_for(p: Pass, w: Waiting, nodes: list[capacity.Node]) -> bool:
             why = "the least work lost: " + ", ".join(f"{r.req.gpus} GPU x {_since_checkpoint(p, r):.1f} s since "
                                                        f"its last checkpoint" for r in chosen)
         if not chosen:
-            return False
+            return []
         for r in chosen:
-            p.act(Preempt(r.id, w.id, why))
+            p.act(Preempt(r.id, w.id, why if r.req.priority < w.req.priority else f"fair share: {why}"))
         victims = [r.id for r in chosen]
     p.note(w, f"preempting {', '.join(victims)}: starts once they stopped at their next checkpoint")
-    return True
+    return victims
 
 
 def _since_checkpoint(p: Pass, r: Running) -> float:
@@ -373,8 +400,22 @@ def _loss(p: Pass, r: Running) -> float:
 
 
 def _can_preempt(p: Pass, r: Running, w: Waiting) -> bool:
-    return (r.req.preemptible and r.req.priority < w.req.priority and r.in_ray and not r.ending
-            and r.id not in p.preempting and not r.stop_asked)
+    if not (r.req.preemptible and r.in_ray and not r.ending and r.id not in p.preempting and not r.stop_asked):
+        return False
+    return r.req.priority < w.req.priority or (r.req.priority == w.req.priority and _reclaims(p, r, w))
+
+
+def _reclaims(p: Pass, r: Running, w: Waiting) -> bool:
+    """Fair share's preemption: ``w`` (waiting ``backfill_s`` or more) takes GPUs back from ``r`` (running
+    as long) if ``w``'s user, with it, holds at most an even share of the cluster among the users
+    with work, and ``r``'s user, without ``r``, still holds more than that."""
+    if not p.policy.fair_share or r.req.user == w.req.user or min(p.now - w.req.since, p.now - r.admitted_at) < p.policy.backfill_s:
+        return False
+    took = p.state.expected_s(w)
+    if took is None or took > p.policy.reclaim_short_s:
+        return False
+    mine = p.held.get(w.req.user, 0) + w.req.gpus
+    return mine <= p.share() and p.held.get(r.req.user, 0) - r.req.gpus > mine
 
 
 def pre_start(p: Pass) -> None:
