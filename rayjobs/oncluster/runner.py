@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from rayjobs.oncluster import attemptlog, checkpointwatch, failurecause, nodecache, raysession
+from rayjobs.oncluster import attemptlog, checkpointwatch, failurecause, nodecache, raysession, warmstamps
 from rayjobs.oncluster.checkpointwatch import CheckpointWatch
 from rayjobs.oncluster.failurecause import Cause
 from rayjobs.shared import JOB_MARK_ENV, STANDBY_GO_ENV, stamp
@@ -395,6 +395,7 @@ def attempt_env(argv: list[str], meta: dict[str, Any], base_env: dict[str, str],
         env[JOB_MARK_ENV] = job_id
     caches = nodecache.node_cache_env(base_env, argv)
     env.update(caches)
+    env.update(warmstamps.driver_env(base_env))
     if caches:
         log(f"node cache {env.get(nodecache.NODE_CACHE_ENV, nodecache.NODE_CACHE_DEFAULT)}: "
             f"{', '.join(var if value else f'{var}=' for var, value in caches.items())}")
@@ -407,6 +408,10 @@ def attempt_env(argv: list[str], meta: dict[str, Any], base_env: dict[str, str],
         if job_id:
             cmd.append(f"{renv}.{JOB_MARK_ENV}='{job_id}'")
         cmd += [f"{renv}.{var}='{path}'" for var, path in caches.items()]
+        stamps = warmstamps.actor_overrides(base_env, argv)  # RAYJOBS_STAMPS=1: start-up stamps (issue 50)
+        if stamps:
+            log("start-up stamps: " + ", ".join(a.partition("=")[0].rpartition(".")[2] for a in stamps))
+            cmd += stamps
     return env, cmd
 
 
