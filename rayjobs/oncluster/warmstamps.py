@@ -26,6 +26,7 @@ import importlib.abc
 import importlib.machinery
 import os
 import sys
+import threading
 import time
 from typing import Any, Callable, Optional
 
@@ -113,13 +114,17 @@ def wrap_cuda_init() -> bool:
     if cuda is None or orig is None or getattr(orig, "_rayjobs", False):
         return False
 
+    depth = threading.local()  # torch's own init calls _lazy_init again (it returns at once then)
+
     def lazy_init() -> None:
-        if cuda.is_initialized():
+        if cuda.is_initialized() or getattr(depth, "n", 0):
             return orig()
+        depth.n = 1
         emit("cuda init begin")
         try:
             return orig()
         finally:
+            depth.n = 0
             emit("cuda init end")
 
     lazy_init._rayjobs = True  # type: ignore[attr-defined]

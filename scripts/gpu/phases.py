@@ -52,7 +52,21 @@ EXTRA = [
     ("init engine: profile, KV cache, warm-up (s)",
      r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s"),
     ("first sleep (s)", r"It took ([\d.]+) seconds to fall asleep"),
+    ("GPU memory held asleep (GiB)", r"Sleep mode freed [\d.]+ GiB memory, ([\d.]+) GiB memory is still in use"),
     ("first wake-up (s)", r"It took ([\d.]+) seconds to wake up"),
+]
+#: Inside the rollout engine's phase (:data:`MARKS`' "vLLM server(s) up"): where its seconds go, from the
+#: first line of each step (vLLM 0.24 INFO lines; the server is verl's ``vLLMHttpServer`` actor, which
+#: spawns vLLM's EngineCore process, which spawns the GPU worker process).
+VLLM_MARKS = [
+    ("server actor: process, imports, verl's config (-> 'serve' args)", r"\(vLLMHttpServer pid=\d+\) \['serve',"),
+    ("vLLM config: the model inspected (-> 'Resolved architecture')", r"Resolved architecture:"),
+    ("EngineCore process: spawn, imports (-> its first line)", r"\(EngineCore pid=\d+\) .*Initializing a V1 LLM engine"),
+    ("GPU worker process: spawn, imports, CUDA, dist init", r"\(Worker(?:_\w+)? pid=\d+\) .*parallel_state"),
+    ("weights loaded (dummy: random init)", r"Model loading took"),
+    ("memory profiling (a dummy forward)", r"Available KV cache memory"),
+    ("KV cache, warm-up, graphs (-> 'init engine took')", r"init engine \(profile"),
+    ("API server up, first sleep", r"seconds to fall asleep"),
 ]
 #: A Ray process's prefix on a forwarded line: ``(Name pid=N)``, ``(pid=N)``, ``(Name pid=N, ip=...)``.
 PROC = re.compile(r"\((?:(\w+) )?pid=(\d+)(?:, ip=[^)]*)?\)")
@@ -97,6 +111,7 @@ class Log:
         self.step1: dict[str, float] = {}
         self.stamps: dict[int, dict[str, float]] = {}  #: pid -> event -> epoch (the process's own clock)
         self.names: dict[int, str] = {}  #: pid -> the actor class its lines name
+        self.vllm: dict[str, float] = {}  #: :data:`VLLM_MARKS` label -> when its first line came
 
     def line(self, t: float, line: str) -> None:
         a = re.search(r"\[rayjobs\] admitted after [\d.?]+ s at " + UTC + r", running from " + UTC, line)
@@ -110,6 +125,9 @@ class Log:
             self.found[label] = utc(u.group(1)) if u else t
             if label.startswith("agent loop"):
                 self.step1 = step_values(line)
+        for label, rx in VLLM_MARKS:
+            if label not in self.vllm and re.search(rx, line):
+                self.vllm[label] = t
         for label, rx in EXTRA:
             e = re.search(rx, line)
             if e and label not in self.extra:
@@ -212,7 +230,24 @@ def print_processes(runs: list[tuple[str, Log]]) -> None:
             print(f"| {role} | " + " | ".join(_cell(c) for c in cells) + " |")
 
 
+def engine_rows(log: Log) -> list[tuple[str, Optional[float]]]:
+    """:data:`VLLM_MARKS`, each the seconds since the mark before it (the first: since the reward
+    loop manager, where the engine's phase starts)."""
+    prev, out = log.found.get("reward loop workers"), []
+    for label, _ in VLLM_MARKS:
+        t = log.vllm.get(label)
+        out.append((label, None if t is None or prev is None else t - prev))
+        prev = t if t is not None else prev
+    return out
+
+
 def print_engine(runs: list[tuple[str, Log]]) -> None:
+    if any(log.vllm for _, log in runs):
+        print("\n| inside the rollout engine's phase | " + " | ".join(f"{n} (s)" for n, _ in runs) + " |")
+        print("|---|" + "---|" * len(runs))
+        rows = [engine_rows(log) for _, log in runs]
+        for i, (label, _) in enumerate(VLLM_MARKS):
+            print(f"| {label} | " + " | ".join(_cell(r[i][1]) for r in rows) + " |")
     if not any(log.extra for _, log in runs):
         return
     print("\n| vLLM's own lines | " + " | ".join(n for n, _ in runs) + " |")
