@@ -27,7 +27,7 @@ from typing import Any, Callable, Optional
 
 from rayjobs.contract.record import JobRecord
 from rayjobs.contract.status import TERMINAL, State
-from rayjobs.oncluster import pruning, scheduler
+from rayjobs.oncluster import pruning, scheduler, warmth
 from rayjobs.oncluster.admission import Admitter, Seen, Submitted
 from rayjobs.oncluster.headapi import LOST, JobsClient
 from rayjobs.oncluster.jobrecord import finish_record, lost_attempt, next_attempt, requeued_record
@@ -35,7 +35,8 @@ from rayjobs.oncluster.preemption import Preemptions
 from rayjobs.oncluster.queuestate import QueueState, Running
 from rayjobs.oncluster.reaping import Reaped, Reaping
 from rayjobs.oncluster.rungs import Rungs
-from rayjobs.oncluster.scheduler import Admit, CallOff, Decision, Fail, Offer, Policy, Preempt, Rung, StopOverdue
+from rayjobs.oncluster.scheduler import (Admit, CallOff, Decision, Evict, Fail, Offer, Policy, Preempt, Release, Rung,
+                                         StopOverdue)
 from rayjobs.oncluster.standby import Standby
 from rayjobs.oncluster.store import QueueStore
 from rayjobs.shared import stamp
@@ -53,8 +54,12 @@ def policy_from_env() -> Policy:
 
     on = os.environ.get("RAYJOBS_QUEUE", "1").strip().lower() not in ("0", "off", "false", "no")
     order = os.environ.get("RAYJOBS_PREEMPT_ORDER", "least-work").strip().lower()
+    warm = warmth.Rules(idle_s=float(os.environ.get("RAYJOBS_WARM_IDLE_S", 600.0)),
+                        per_node=int(os.environ.get("RAYJOBS_WARM_PER_NODE", 1)),
+                        enabled=os.environ.get("RAYJOBS_WARM", "1").strip().lower() not in ("0", "off", "false", "no"))
     return Policy(backfill_s=float(os.environ.get("RAYJOBS_QUEUE_BACKFILL_S", 300.0)), quota=team.quota_from_env(),
-                  enabled=on, standby=standby.enabled(), victim_order="priority" if order == "priority" else "least-work")
+                  enabled=on, standby=standby.enabled(), victim_order="priority" if order == "priority" else "least-work",
+                  warm=warm)
 
 
 class QueueService:
@@ -65,11 +70,12 @@ class QueueService:
             (:class:`~rayjobs.oncluster.clusterstate.ClusterReader`, or a fake).
         reap: :func:`rayjobs.oncluster.reaper.reap_job` (or a fake); ``reap_enabled`` False skips it.
         session: the Ray session the queue runs in (its health says it).
+        warm: the kept rollout engines (:class:`~rayjobs.oncluster.warmengines.Registry`); None: none.
     """
 
     def __init__(self, store: QueueStore, jobs: JobsClient, cluster: Any, *, policy: Optional[Policy] = None,
                  reap: Optional[Callable[..., list[str]]] = None, reap_enabled: bool = True, session: str = "",
-                 pool: Optional[ThreadPoolExecutor] = None, ray_logs: str = "") -> None:
+                 pool: Optional[ThreadPoolExecutor] = None, ray_logs: str = "", warm: Any = None) -> None:
         self.store, self.jobs, self.cluster = store, jobs, cluster
         self.policy = policy or policy_from_env()
         self.session, self.started_at, self.ray_logs = session, time.time(), ray_logs
@@ -85,6 +91,7 @@ class QueueService:
         self.rungs = Rungs(self._put, lambda job_id: self.pool.submit(self.jobs.stop, job_id), note=self.note)
         self.decision = Decision()
         self.nodes: list[Any] = []
+        self.warm, self.warm_seen = warm, ()  # kept rollout engines (issue 50)
         self.prune_every_s = float(os.environ.get(pruning.EVERY_ENV, 60.0))
         self._pruning: Optional[Future] = None
         self._pruned_at = time.monotonic()
@@ -147,6 +154,8 @@ class QueueService:
         self._collect()
         if self.state.waiting:
             self._observe()
+        elif self.warm is not None:  # kept engines age out and are released while nothing waits too
+            self.warm_seen = self.warm.look()
         self.state.gpu_gate = self.reaping.gate()
         self.state.standby = self.standby.sid
         self.state.requeueing = {i for i in self.preemptions.requeueing() if i in self.state.waiting}
@@ -166,15 +175,16 @@ class QueueService:
     def _decide(self, now: float) -> None:
         """Run the rules when an input changed (or their clocks may have moved on); carry out the actions."""
         st = self.state
-        if not st.waiting and not any(r.preempting_for or r.req.halving for r in st.running.values()):
+        if not st.waiting and not self.warm_seen and not any(r.preempting_for or r.req.halving for r in st.running.values()):
             self.decision = Decision()
             return
-        key = (st.version, tuple(self.nodes), st.gpu_gate, st.standby, frozenset(st.requeueing),
+        key = (st.version, tuple(self.nodes), st.gpu_gate, st.standby, frozenset(st.requeueing), self.warm_seen,
                tuple((i, tuple(r.unplaced), r.in_ray, r.ending) for i, r in st.running.items()))
         last, at = self._decided
         if key == last and now - at < DECIDE_EVERY_S:
             return
-        view = scheduler.ClusterView(tuple(self.nodes), getattr(self.cluster, "holdings", scheduler._no_holdings))
+        view = scheduler.ClusterView(tuple(self.nodes), getattr(self.cluster, "holdings", scheduler._no_holdings),
+                                     self.warm_seen)
         self.decision = scheduler.decide(st, view, self.policy, now)
         for action in self.decision.actions:
             self._apply(action, now)
@@ -184,6 +194,7 @@ class QueueService:
         """What is free per node, and per running job what it has placed and whether its trainer left."""
         seen = self.cluster.observe(self.state.running)
         self.nodes = list(seen.nodes)
+        self.warm_seen = self.warm.look() if self.warm is not None else ()
         for job_id, left in seen.unplaced.items():
             r = self.state.running.get(job_id)
             if r is not None and left is not None:
@@ -229,6 +240,10 @@ class QueueService:
             self.standby.offer(st.waiting[action.id].rec)
         elif isinstance(action, Rung) and action.id in st.running:
             self.rungs.at_rung(st, st.running[action.id], action.verdict, now)
+        elif isinstance(action, (Evict, Release)) and self.warm is not None:  # bounded calls (warmengines)
+            (self.warm.evict if isinstance(action, Evict) else self.warm.release)(action.name, action.why)
+            self.note(f"warm engine {'evicted' if isinstance(action, Evict) else 'released'}: {action.why}",
+                      action.name)
 
     def admit(self, job_id: str, note: str, now: float) -> None:
         """Hand a waiting job to Ray: its record says admitted (durably) before Ray is asked."""

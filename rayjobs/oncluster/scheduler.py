@@ -20,6 +20,10 @@ state and what the rules before it decided (:class:`Pass`), and may end the pass
    backfill past a blocked job only while it waited less than ``backfill_s`` (the starvation guard).
 8. :func:`pre_start` -- the next job in line is pre-started in Ray, its runner held until admission.
 
+After them, whatever ended the pass: :func:`keep_warm` -- kept rollout engines (issue 50,
+:mod:`rayjobs.oncluster.warmth`) a job admitted in this pass would land beside are evicted, as are
+engines idle too long or beyond the per-node bound; those of ended jobs are released.
+
 To add a rule: write a function of a :class:`Pass` here, put it in :data:`RULES` where it belongs,
 and test it in ``tests/test_scheduler*.py`` on a :class:`QueueState` and a :class:`ClusterView`
 built by hand. Nothing else changes: actions are carried out by the service.
@@ -30,7 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
-from rayjobs.oncluster import capacity, halving, policy as team
+from rayjobs.oncluster import capacity, halving, policy as team, warmth
 from rayjobs.oncluster.queuestate import QueueState, Running, Waiting
 
 #: What an admitted job's preemption may wait past its ``preempt_wait_s`` before the queue stops it.
@@ -53,6 +57,7 @@ class ClusterView:
 
     nodes: tuple[capacity.Node, ...] = ()
     holdings: Callable[[Sequence[str]], Holdings] = _no_holdings
+    warm: tuple[warmth.WarmEngine, ...] = ()  #: kept rollout engines (issue 50)
 
     @property
     def has_gpus(self) -> bool:
@@ -68,6 +73,7 @@ class Policy:
     enabled: bool = True  #: RAYJOBS_QUEUE (off: every job starts at once, as plain Ray would)
     standby: bool = True  #: RAYJOBS_QUEUE_STANDBY (pre-start the next job)
     victim_order: str = "least-work"  #: RAYJOBS_PREEMPT_ORDER: least-work | priority (lowest, then youngest)
+    warm: warmth.Rules = field(default_factory=warmth.Rules)  #: RAYJOBS_WARM*: kept rollout engines
 
 
 # --------------------------------------------------------------------------- actions
@@ -128,7 +134,23 @@ class Rung:
     verdict: halving.Verdict
 
 
-Action = Union[Admit, Fail, Preempt, CallOff, StopOverdue, Offer, Rung]
+@dataclass(frozen=True)
+class Evict:
+    """End a kept rollout engine (``name``: its actor in :data:`~rayjobs.oncluster.warmth.NAMESPACE`): ``why``."""
+
+    name: str
+    why: str
+
+
+@dataclass(frozen=True)
+class Release:
+    """A kept engine's job ended without handing it back: it is idle from now."""
+
+    name: str
+    why: str
+
+
+Action = Union[Admit, Fail, Preempt, CallOff, StopOverdue, Offer, Rung, Evict, Release]
 
 
 @dataclass
@@ -195,6 +217,7 @@ def decide(state: QueueState, cluster: ClusterView, policy: Policy, now: float) 
         rule(p)
         if p.done:
             break
+    keep_warm(p)
     return p.decision
 
 
@@ -389,6 +412,31 @@ def pre_start(p: Pass) -> None:
     nxt = next(iter(p.in_line()), None)
     if nxt is not None:
         p.act(Offer(nxt.id))
+
+
+def keep_warm(p: Pass) -> None:
+    """Kept rollout engines (:func:`rayjobs.oncluster.warmth.evictions`): a job admitted in this pass
+    may land on any node with a GPU group's room free, and an idle engine there goes unless the job
+    attaches to it -- in this very pass, so a warm engine never delays a job (it holds no Ray
+    resource: the job's placement groups do not wait for it). A job with an engine of its key on
+    a node it may land on says so in its admission note."""
+    if not p.cluster.warm:
+        return
+    running = list(p.state.running)
+    admitted = []
+    for i, a in enumerate(p.decision.actions):
+        w = p.state.waiting.get(a.id) if isinstance(a, Admit) else None
+        if w is None or not w.req.groups:
+            continue
+        nodes = tuple(n.id for n in p.cluster.nodes if any(n.free_gpus >= g for g in w.req.groups))
+        admitted.append(warmth.Admitted(w.id, w.req.warm, nodes))
+        warm_at = [n for n in warmth.prefer(nodes, w.req.warm, p.cluster.warm, running)
+                   if any(e.node == n and e.key == w.req.warm and e.idle(running) for e in p.cluster.warm)]
+        if w.req.warm and warm_at:
+            note = f"a warm engine of its model is on {warm_at[0]}"
+            p.decision.actions[i] = Admit(a.id, f"{a.note}; {note}" if a.note else note)
+    for v in warmth.evictions(p.cluster.warm, admitted, running, p.now, p.policy.warm):
+        p.act(Evict(v.name, v.why) if v.action == "evict" else Release(v.name, v.why))
 
 
 #: The rules, in the order they run (see the module's docstring).
