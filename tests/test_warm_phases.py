@@ -111,3 +111,22 @@ def test_the_table_side_by_side(tmp_path: Path, capsys) -> None:
     assert "estimate: next with a kept engine / first: 0.565" in out
     assert "| init engine: profile, KV cache, warm-up (s) | 9.87 | 9.87 |" in out
     assert "| TaskRunnerV1 | 25.3 | 1.5 | 4.5 | — | — | — |" in out
+
+
+def test_the_engines_phase_is_split_by_vllms_own_lines(tmp_path: Path) -> None:
+    engine = [
+        "[1796306890.000] (vLLMHttpServer pid=3429) ['serve',",
+        "[1796306900.000] (vLLMHttpServer pid=3429) INFO 12-03 14:08:20 [model.py:598] Resolved architecture: Qwen2ForCausalLM",
+        "[1796306910.000] (vLLMHttpServer pid=3429) (EngineCore pid=3737) INFO 12-03 14:08:30 [core.py:114] Initializing a V1 LLM engine (v0.24.0) with config: model='/m'",
+        "[1796306920.000] (vLLMHttpServer pid=3429) (Worker pid=3800) INFO 12-03 14:08:40 [parallel_state.py:1588] world_size=1 rank=0 local_rank=0",
+        "[1796306993.900] (vLLMHttpServer pid=3429) (Worker pid=3800) INFO 12-03 14:09:53 [gpu_worker.py:181] Sleep mode freed 15.56 GiB memory, 2.0 GiB memory is still in use.",
+    ]
+    lines = FIRST[:14] + engine + FIRST[14:]
+    log = phases.read(_write(tmp_path, "first", lines))
+    rows = dict(phases.engine_rows(log))
+    assert rows["server actor: process, imports, verl's config (-> 'serve' args)"] == pytest.approx(1796306890.0 - 1796306871.774)
+    assert rows["vLLM config: the model inspected (-> 'Resolved architecture')"] == pytest.approx(10.0)
+    assert rows["GPU worker process: spawn, imports, CUDA, dist init"] == pytest.approx(10.0)
+    assert rows["weights loaded (dummy: random init)"] == pytest.approx(30.1)          # to "Model loading took"
+    assert rows["API server up, first sleep"] == pytest.approx(1796306994.1 - 1796306990.0)
+    assert log.extra["GPU memory held asleep (GiB)"] == "2.0"
