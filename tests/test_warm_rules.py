@@ -54,6 +54,12 @@ def test_no_key_where_no_warm_engine_can_serve() -> None:
 def test_the_key_reads_the_command_line_as_the_shell_does() -> None:
     quoted = ep(*TINY, shlex.quote("++actor_rollout_ref.model.override_config.attn_implementation=sdpa"))
     assert warmth.engine_settings(shlex.split(quoted))["actor_rollout_ref.model.override_config.attn_implementation"] == "sdpa"
+    # a quoted value with spaces: read whole, so two such values never share a key
+    kw = "++actor_rollout_ref.rollout.engine_kwargs.vllm.hf_overrides='{\"a\": %d}'"
+    k1, k2 = warmth.key_of(ep(*TINY, kw % 1)), warmth.key_of(ep(*TINY, kw % 2))
+    assert "" != k1 != k2 != warmth.key_of(ep(*TINY))
+    for line in (quoted, ep(*TINY, kw % 1), ep(*TINY, "'a b'", '"c\\"d"')):
+        assert warmth._split(line) == shlex.split(line)
 
 
 # --------------------------------------------------------------------------- engines and rules

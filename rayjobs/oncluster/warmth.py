@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shlex
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Optional, Sequence
@@ -51,20 +52,19 @@ OTHER_KEYS = ("actor_rollout_ref.model.", "data.max_prompt_length", "data.max_re
               "trainer.n_gpus_per_node")
 
 
-def _engine_key(k: str) -> bool:
-    if k.startswith(_ROLLOUT):
-        return k[len(_ROLLOUT):].split(".")[0] in ENGINE_KEYS
-    return any(k == o or (o.endswith(".") and k.startswith(o)) for o in OTHER_KEYS)
+#: One match per token (the queue reads every waiting job's key): ``[+~]key=value`` of an engine key.
+_ENGINE_KEY = re.compile(
+    r"^[+~]*((?:" + re.escape(_ROLLOUT) + r"(?:" + "|".join(ENGINE_KEYS) + r")(?:\.[^=]*)?"
+    + "".join(r"|" + re.escape(o) + (r"[^=]*" if o.endswith(".") else "") for o in OTHER_KEYS) + r"))=(.*)$", re.S)
 
 
 def engine_settings(argv: Sequence[str]) -> dict[str, str]:
     """The engine-shaping ``key=value`` overrides of a verl command line (``+``/``++`` dropped)."""
     out = {}
     for a in argv:
-        k, sep, v = a.partition("=")
-        k = k.lstrip("+~")
-        if sep and _engine_key(k):
-            out[k] = v.strip("'\"")
+        m = _ENGINE_KEY.match(a)
+        if m:
+            out[m.group(1)] = m.group(2).strip("'\"")
     return out
 
 
@@ -73,17 +73,49 @@ def key_of(entrypoint: str, *, verl: bool = True, warm: bool = True) -> str:
     job (``verl``: its kind, or verl's trainer in its command line), a rollout other than vLLM, no
     model, or ``rayjobs.warm=false`` (``warm``). Two jobs with the same key build the same engine on
     the same stack (verl's defaults fill the rest the same way)."""
+    if not warm:
+        return ""
     try:
-        argv = shlex.split(entrypoint)
+        argv = _split(entrypoint)
     except ValueError:
         return ""
-    if not warm or not (verl or "verl.trainer.main_ppo" in argv):
+    if not (verl or "verl.trainer.main_ppo" in argv):
         return ""
     settings = engine_settings(argv)
     if settings.get(_ROLLOUT + "name", "vllm") != "vllm" or not settings.get("actor_rollout_ref.model.path"):
         return ""
     blob = json.dumps(sorted(settings.items()), separators=(",", ":"))
     return hashlib.blake2b(blob.encode(), digest_size=8).hexdigest()
+
+
+def _split(entrypoint: str) -> list[str]:
+    """The command line as the shell splits it. ``shlex`` only where a token is quoted: the queue
+    reads every job's key (10,000 waiting: ``shlex`` on whole command lines cost ~1-5 ms each)."""
+    out = []
+    for t in entrypoint.split():
+        if "'" in t or '"' in t or "\\" in t:
+            plain = _unquoted(t)
+            if plain is not None:
+                out.append(plain)
+                continue
+            try:
+                parts = shlex.split(t)
+            except ValueError:  # a quote spans a space: the whole line, as the shell reads it
+                return shlex.split(entrypoint)
+            if len(parts) != 1:
+                return shlex.split(entrypoint)
+            t = parts[0]
+        out.append(t)
+    return out
+
+
+def _unquoted(t: str) -> Optional[str]:
+    """``'a=b'`` or ``a='b'`` (one pair of quotes, nothing else to interpret) read as the shell does."""
+    k, eq, v = t.partition("=") if t[0] not in "'\"" else ("", "", t)
+    if len(v) >= 2 and v[0] == v[-1] and v[0] in "'\"" and not any(c in v[1:-1] for c in "'\"\\"):
+        if not any(c in k for c in "'\"\\"):
+            return k + eq + v[1:-1]
+    return None
 
 
 def opted_out(meta: Mapping[str, str]) -> bool:
