@@ -116,6 +116,17 @@ def test_bounded_idle_time_and_per_node() -> None:
     assert names(warmth.evictions(engines, [], [], 700, Rules(enabled=False))) == ["new", "other", "mid", "old"]
 
 
+def test_a_job_admitted_before_the_queue_saw_the_engine_evicts_it_later() -> None:
+    """The registry is read every 2 s: an engine kept just before a job of another model was admitted
+    was not in that pass; wherever that job landed, the engine goes once it is seen."""
+    e = WarmEngine(name="a", key="k1", model="m", node="n1", idle_since=100.0, seen_at=105.0)
+    got = warmth.evictions([e], [], [], now=106, earlier=[warmth.Earlier("j3", "k2", 103.0)])
+    assert got[0].why == "j3 was admitted after it went idle, before the queue saw it, and may use these GPUs"
+    # admitted after the queue saw it (that pass decided), before it went idle, or of its key: it stays
+    for r in (warmth.Earlier("j3", "k2", 105.5), warmth.Earlier("j3", "k2", 99.0), warmth.Earlier("j2", "k1", 103.0)):
+        assert warmth.evictions([e], [], [], now=106, earlier=[r]) == [], r
+
+
 def test_held_per_node() -> None:
     assert warmth.held_per_node([eng("a"), eng("b", held=1.5), eng("c", node="n2")]) == {"n1": 3.5, "n2": 2.0}
 

@@ -435,7 +435,9 @@ def keep_warm(p: Pass) -> None:
         if w.req.warm and warm_at:
             note = f"a warm engine of its model is on {warm_at[0]}"
             p.decision.actions[i] = Admit(a.id, f"{a.note}; {note}" if a.note else note)
-    for v in warmth.evictions(p.cluster.warm, admitted, running, p.now, p.policy.warm):
+    here = {a.id for a in admitted}
+    earlier = [warmth.Earlier(r.id, r.req.warm, r.admitted_at) for r in p.state.running.values() if r.id not in here]
+    for v in warmth.evictions(p.cluster.warm, admitted, running, p.now, p.policy.warm, earlier):
         p.act(Evict(v.name, v.why) if v.action == "evict" else Release(v.name, v.why))
 
 

@@ -17,6 +17,7 @@ queue (:class:`Registry`), not by Ray, so it never makes a job wait for Ray to p
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sys
 import time
@@ -125,6 +126,7 @@ class Registry:
         self.refresh_s = refresh_s
         self.engines: tuple[WarmEngine, ...] = ()
         self._at = float("-inf")
+        self._seen: dict[str, float] = {}  #: name -> when first listed (the rules' "before the queue saw it")
 
     def look(self, now: Optional[float] = None) -> tuple[WarmEngine, ...]:
         """The kept engines (cached :attr:`refresh_s`); an engine that does not answer is left out."""
@@ -149,9 +151,11 @@ class Registry:
         out = []
         for n, ref in refs.items():
             try:
-                out.append(WarmEngine.from_info(n, ray.get(ref, timeout=CALL_TIMEOUT_S)))
+                e = WarmEngine.from_info(n, ray.get(ref, timeout=CALL_TIMEOUT_S))
             except Exception:  # noqa: BLE001 -- dying or busy: not counted this time
                 continue
+            out.append(dataclasses.replace(e, seen_at=self._seen.setdefault(n, time.time())))
+        self._seen = {n: t for n, t in self._seen.items() if n in refs}
         return out
 
     def evict(self, name: str, why: str) -> bool:

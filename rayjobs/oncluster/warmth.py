@@ -142,6 +142,7 @@ class WarmEngine:
     attached: str = ""  #: the job that holds it, if any
     stack: str = ""
     built_by: str = ""  #: the job that built it
+    seen_at: float = 0.0  #: epoch s the queue first saw it (its registry sets it)
 
     @classmethod
     def from_info(cls, name: str, info: Mapping[str, object]) -> "WarmEngine":
@@ -172,6 +173,15 @@ class Admitted:
     id: str
     key: str
     nodes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Earlier:
+    """A running job admitted before this pass: its key and when (the queue's clock, epoch s)."""
+
+    id: str
+    key: str
+    admitted_at: float
 
 
 @dataclass(frozen=True)
@@ -207,13 +217,15 @@ def _claimed(admitted: Sequence[Admitted], engines: Sequence[WarmEngine], runnin
 
 
 def evictions(engines: Sequence[WarmEngine], admitted: Sequence[Admitted], running: Iterable[str],
-              now: float, rules: Rules = Rules()) -> list[Verdict]:
+              now: float, rules: Rules = Rules(), earlier: Sequence[Earlier] = ()) -> list[Verdict]:
     """Which kept engines go now, and which are released (their job ended), in order.
 
     An idle engine goes when: kept engines are switched off; a job admitted in this pass may land on
-    its node and does not attach to it (it would hold GPU memory beside that job); it has been idle
-    :attr:`Rules.idle_s`; or it is beyond the :attr:`Rules.per_node` youngest idle engines of its node.
-    An engine a running job holds stays (that job's GPUs are its own).
+    its node and does not attach to it (it would hold GPU memory beside that job); a job of another
+    key was admitted after it went idle but before the queue saw it (``earlier``: where that job
+    landed is not known, so wherever it is); it has been idle :attr:`Rules.idle_s`; or it is beyond
+    the :attr:`Rules.per_node` youngest idle engines of its node. An engine a running job holds
+    stays (that job's GPUs are its own).
     """
     running = set(running)
     out: list[Verdict] = []
@@ -224,7 +236,8 @@ def evictions(engines: Sequence[WarmEngine], admitted: Sequence[Admitted], runni
             continue
         if e.attached:
             out.append(Verdict(e.name, "release", f"its job {e.attached} ended"))
-        why = _why_evict(e, admitted, claimed, now, rules, len(kept.get(e.node, [])))
+        why = "" if e.name in claimed else (_why_evict(e, admitted, earlier, now, rules)
+                                            or _why_bound(e, now, rules, len(kept.get(e.node, []))))
         if why:
             out.append(Verdict(e.name, "evict", why))
         elif e.name not in claimed:
@@ -232,18 +245,24 @@ def evictions(engines: Sequence[WarmEngine], admitted: Sequence[Admitted], runni
     return out
 
 
-def _why_evict(e: WarmEngine, admitted: Sequence[Admitted], claimed: Mapping[str, str], now: float,
-               rules: Rules, kept_here: int) -> str:
+def _why_evict(e: WarmEngine, admitted: Sequence[Admitted], earlier: Sequence[Earlier], now: float,
+               rules: Rules) -> str:
     if not rules.enabled:
         return "warm engines are switched off (RAYJOBS_WARM=0)"
-    if e.name in claimed:
-        return ""
     lands = [a for a in admitted if e.node in a.nodes]
     if lands:
         a = lands[0]
         why = "another model or engine settings" if a.key and a.key != e.key else \
             "it does not use a warm engine" if not a.key else "another engine of its key serves it"
         return f"{a.id} was admitted and may use these GPUs ({why})"
+    idle_at, seen_at = e.idle_since or now, e.seen_at or now
+    missed = [r for r in earlier if r.key != e.key and idle_at < r.admitted_at < seen_at]
+    if missed:
+        return f"{missed[0].id} was admitted after it went idle, before the queue saw it, and may use these GPUs"
+    return ""
+
+
+def _why_bound(e: WarmEngine, now: float, rules: Rules, kept_here: int) -> str:
     since = e.idle_since or now
     if now - since >= rules.idle_s:
         return f"idle {now - since:.0f} s (RAYJOBS_WARM_IDLE_S={rules.idle_s:g})"
