@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence, Union
 
-from rayjobs.oncluster import capacity, halving
+from rayjobs.oncluster import capacity, halving, warmth
 
 
 # --------------------------------------------------------------------------- inputs
@@ -24,6 +24,7 @@ class ClusterView:
 
     nodes: tuple[capacity.Node, ...] = ()
     holdings: Holdings = field(default_factory=dict)
+    warm: tuple[warmth.WarmEngine, ...] = ()  #: kept rollout engines (issue 50)
 
     @property
     def has_gpus(self) -> bool:
@@ -43,6 +44,7 @@ class Policy:
     fair_half_life_s: float = 4 * 3600.0  #: RAYJOBS_FAIR_HALF_LIFE_S: how fast past use is forgotten (the state's, set by its owner)
     size_weight: float = 2.0  #: RAYJOBS_FAIR_SIZE_WEIGHT: GPUs of rank per expected GPU-hour of a job (0: size is ignored)
     reclaim_short_s: float = 1800.0  #: RAYJOBS_FAIR_RECLAIM_S: a job expected to take this long at most may reclaim its share
+    warm: warmth.Rules = field(default_factory=warmth.Rules)  #: RAYJOBS_WARM*: kept rollout engines
 
 
 # --------------------------------------------------------------------------- actions
@@ -103,7 +105,23 @@ class Rung:
     verdict: halving.Verdict
 
 
-Action = Union[Admit, Fail, Preempt, CallOff, StopOverdue, Offer, Rung]
+@dataclass(frozen=True)
+class Evict:
+    """End a kept rollout engine (``name``: its actor in :data:`~rayjobs.oncluster.warmth.NAMESPACE`): ``why``."""
+
+    name: str
+    why: str
+
+
+@dataclass(frozen=True)
+class Release:
+    """A kept engine's job ended without handing it back: it is idle from now."""
+
+    name: str
+    why: str
+
+
+Action = Union[Admit, Fail, Preempt, CallOff, StopOverdue, Offer, Rung, Evict, Release]
 
 
 @dataclass

@@ -53,14 +53,15 @@ class QueueActor:
     """The queue itself: ``ray.remote(QueueActor)`` named ``rayjobs/queue``, detached, on the head."""
 
     def __init__(self) -> None:
-        from rayjobs.oncluster import reaper
+        from rayjobs.oncluster import reaper, warmengines
         from rayjobs.oncluster.clusterstate import ClusterReader
         from rayjobs.oncluster.headapi import head_jobs
         from rayjobs.oncluster.queueservice import QueueService
         from rayjobs.oncluster.store import QueueStore
 
         self.svc = QueueService(QueueStore(), head_jobs(), ClusterReader(), reap=reaper.reap_job,
-                                reap_enabled=reaper.enabled(), session=session_name(), ray_logs=logs_dir() or "")
+                                reap_enabled=reaper.enabled(), session=session_name(), ray_logs=logs_dir() or "",
+                                warm=warmengines.Registry())
         self.svc.recover()
         self.io = ThreadPoolExecutor(max_workers=2, thread_name_prefix="rayjobs-io")
         self.port: Optional[int] = None

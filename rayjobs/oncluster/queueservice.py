@@ -27,7 +27,7 @@ from typing import Any, Callable, Optional
 
 from rayjobs.contract.record import JobRecord
 from rayjobs.contract.status import TERMINAL, State
-from rayjobs.oncluster import pruning, scheduler
+from rayjobs.oncluster import pruning, scheduler, warmth
 from rayjobs.oncluster.admission import Admitter, Seen, Submitted
 from rayjobs.oncluster.headapi import LOST, JobsClient
 from rayjobs.oncluster.histories import Histories
@@ -36,7 +36,8 @@ from rayjobs.oncluster.preemption import Preemptions
 from rayjobs.oncluster.queuestate import QueueState, Running
 from rayjobs.oncluster.reaping import Reaped, Reaping
 from rayjobs.oncluster.rungs import Rungs
-from rayjobs.oncluster.scheduler import Admit, CallOff, Decision, Fail, Offer, Policy, Preempt, Rung, StopOverdue
+from rayjobs.oncluster.scheduler import (Admit, CallOff, Decision, Evict, Fail, Offer, Policy, Preempt, Release, Rung,
+                                         StopOverdue)
 from rayjobs.oncluster.standby import Standby
 from rayjobs.oncluster.store import QueueStore
 from rayjobs.shared import stamp
@@ -56,11 +57,14 @@ def policy_from_env() -> Policy:
     fair = os.environ.get("RAYJOBS_FAIR_SHARE", "1").strip().lower() not in ("0", "off", "false", "no")
     order = os.environ.get("RAYJOBS_PREEMPT_ORDER", "least-work").strip().lower()
     d = Policy()
+    warm = warmth.Rules(idle_s=_env_float("RAYJOBS_WARM_IDLE_S", 600.0),
+                        per_node=int(_env_float("RAYJOBS_WARM_PER_NODE", 1)),
+                        enabled=os.environ.get("RAYJOBS_WARM", "1").strip().lower() not in ("0", "off", "false", "no"))
     return Policy(backfill_s=_env_float("RAYJOBS_QUEUE_BACKFILL_S", d.backfill_s), quota=team.quota_from_env(),
                   enabled=on, standby=standby.enabled(), victim_order="priority" if order == "priority" else "least-work",
                   fair_share=fair, fair_half_life_s=_env_float("RAYJOBS_FAIR_HALF_LIFE_S", d.fair_half_life_s),
                   size_weight=_env_float("RAYJOBS_FAIR_SIZE_WEIGHT", d.size_weight),
-                  reclaim_short_s=_env_float("RAYJOBS_FAIR_RECLAIM_S", d.reclaim_short_s))
+                  reclaim_short_s=_env_float("RAYJOBS_FAIR_RECLAIM_S", d.reclaim_short_s), warm=warm)
 
 
 def _env_float(name: str, default: float) -> float:
@@ -86,11 +90,12 @@ class QueueService:
             (:class:`~rayjobs.oncluster.clusterstate.ClusterReader`, or a fake).
         reap: :func:`rayjobs.oncluster.reaper.reap_job` (or a fake); ``reap_enabled`` False skips it.
         session: the Ray session the queue runs in (its health says it).
+        warm: the kept rollout engines (:class:`~rayjobs.oncluster.warmengines.Registry`); None: none.
     """
 
     def __init__(self, store: QueueStore, jobs: JobsClient, cluster: Any, *, policy: Optional[Policy] = None,
                  reap: Optional[Callable[..., list[str]]] = None, reap_enabled: bool = True, session: str = "",
-                 pool: Optional[ThreadPoolExecutor] = None, ray_logs: str = "") -> None:
+                 pool: Optional[ThreadPoolExecutor] = None, ray_logs: str = "", warm: Any = None) -> None:
         self.store, self.jobs, self.cluster = store, jobs, cluster
         self.policy = policy or policy_from_env()
         self.session, self.started_at, self.ray_logs = session, time.time(), ray_logs
@@ -110,6 +115,7 @@ class QueueService:
         self.decision = Decision()
         self.nodes: list[Any] = []
         self.held: dict[str, Any] = {}  #: per running job, what its placement groups hold per node
+        self.warm, self.warm_seen = warm, ()  # kept rollout engines (issue 50)
         self.prune_every_s = float(os.environ.get(pruning.EVERY_ENV, 60.0))
         self._pruning: Optional[Future] = None
         self._pruned_at = time.monotonic()
@@ -173,6 +179,8 @@ class QueueService:
         self._collect()
         if self.state.waiting:
             self._observe()
+        elif self.warm is not None:  # kept engines age out and are released while nothing waits too
+            self.warm_seen = self.warm.look()
         self.state.gpu_gate = self.reaping.gate()
         self.state.standby = self.standby.sid
         self.state.requeueing = {i for i in self.preemptions.requeueing() if i in self.state.waiting}
@@ -192,12 +200,13 @@ class QueueService:
     def _decide(self, now: float) -> None:
         """Run the rules when an input changed (or their clocks may have moved on); carry out the actions."""
         st = self.state
-        key = (st.version, tuple(self.nodes), st.gpu_gate, st.standby, frozenset(st.requeueing),
+        key = (st.version, tuple(self.nodes), st.gpu_gate, st.standby, frozenset(st.requeueing), self.warm_seen,
                tuple((i, tuple(r.unplaced), r.in_ray, r.ending) for i, r in st.running.items()))
         last, at = self._decided
         if key == last and now - at < DECIDE_EVERY_S:
             return
-        self.decision = scheduler.decide(st, scheduler.ClusterView(tuple(self.nodes), self.held), self.policy, now)
+        self.decision = scheduler.decide(st, scheduler.ClusterView(tuple(self.nodes), self.held, self.warm_seen),
+                                         self.policy, now)
         for action in self.decision.actions:
             self._apply(action, now)
         self._decided = (key if not self.decision.actions else None, now)
@@ -206,6 +215,7 @@ class QueueService:
         """What is free per node, and per running job what it has placed and whether its trainer left."""
         seen = self.cluster.observe(self.state.running)
         self.nodes, self.held = list(seen.nodes), dict(seen.held)
+        self.warm_seen = self.warm.look() if self.warm is not None else ()
         for job_id, left in seen.unplaced.items():
             r = self.state.running.get(job_id)
             if r is not None and left is not None:
@@ -233,7 +243,7 @@ class QueueService:
         """Carry out one action (:data:`_CARRY`: how, and where its job must still be: a job that
         left that place since the pass -- ended, stopped -- is passed over)."""
         carry, where = _CARRY[type(action)]
-        if action.id in getattr(self.state, where):
+        if not where or action.id in getattr(self.state, where):
             carry(self, action, now)
 
     def admit(self, job_id: str, note: str, now: float) -> None:
@@ -382,12 +392,20 @@ def _call_off(svc: QueueService, a: CallOff, now: float) -> None:
     r.rec = svc._put(r.rec.with_(preempting=dict(r.rec.preempting or {}, called_off=now)))
 
 
+def _warm(svc: QueueService, a: Any, now: float) -> None:
+    """Evict or release a kept engine (bounded calls: :mod:`rayjobs.oncluster.warmengines`)."""
+    if svc.warm is not None:
+        evict = isinstance(a, Evict)
+        (svc.warm.evict if evict else svc.warm.release)(a.name, a.why)
+        svc.note(f"warm engine {'evicted' if evict else 'released'}: {a.why}", a.name)
+
+
 def _stop_overdue(svc: QueueService, a: StopOverdue, now: float) -> None:
     svc.preemptions.stop_now(svc.state.running[a.id])
     svc.note("preemption overdue: stopped", a.id)
 
 
-#: Each action kind: how the service carries it out, and where its job must still be.
+#: Each action kind: how the service carries it out, and where its job must still be ("": anywhere).
 _CARRY: dict[type, tuple[Callable[[QueueService, Any, float], None], str]] = {
     Admit: (lambda svc, a, now: svc.admit(a.id, a.note, now), "waiting"),
     Fail: (_fail, "waiting"),
@@ -396,4 +414,6 @@ _CARRY: dict[type, tuple[Callable[[QueueService, Any, float], None], str]] = {
     CallOff: (_call_off, "running"),
     StopOverdue: (_stop_overdue, "running"),
     Rung: (lambda svc, a, now: svc.rungs.at_rung(svc.state, svc.state.running[a.id], a.verdict, now), "running"),
+    Evict: (_warm, ""),
+    Release: (_warm, ""),
 }

@@ -13,6 +13,7 @@ from typing import Optional
 
 from rayjobs.contract.halving import Halving
 from rayjobs.contract.record import JobRecord
+from rayjobs.oncluster import warmth
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,7 @@ class Request:
     after: tuple[str, ...] = ()  #: jobs that must have SUCCEEDED before it may start
     sweep: str = ""  #: its sweep's id (successive halving compares the points of one sweep)
     halving: Optional[Halving] = None  #: the sweep's halving settings; None: never halved (a resume is not)
+    warm: str = ""  #: its warm-engine key (:func:`rayjobs.oncluster.warmth.key_of`); "": it uses none
 
     @property
     def gpus(self) -> int:
@@ -53,7 +55,9 @@ def request_from_record(rec: JobRecord) -> Request:
                    point=point, place=shuffled_place(m.sweep, point) if halving and halving.shuffle else point,
                    created_ms=int(queued * 1000), since=queued,
                    retries=max(0, m.max_retries - int(rec.lost or 0)), user=m.user, preemptible=m.preemptible,
-                   preempt_wait_s=m.preempt_wait_s, after=tuple(m.after), sweep=m.sweep, halving=halving)
+                   preempt_wait_s=m.preempt_wait_s, after=tuple(m.after), sweep=m.sweep, halving=halving,
+                   warm=warmth.key_of(str(rec.spec.get("entrypoint") or ""), verl=m.kind == "verl",
+                                      warm=not warmth.opted_out(m.extra)))
 
 
 def shuffled_place(sweep: str, point: int) -> int:

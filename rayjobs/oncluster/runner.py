@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import threading
@@ -28,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from rayjobs.oncluster import attemptlog, checkpointwatch, failurecause, nodecache, raysession
+from rayjobs.oncluster import attemptlog, checkpointwatch, failurecause, nodecache, raysession, warmstamps, warmth
 from rayjobs.oncluster.checkpointwatch import CheckpointWatch
 from rayjobs.oncluster.failurecause import Cause
 from rayjobs.shared import JOB_MARK_ENV, STANDBY_GO_ENV, stamp
@@ -403,6 +404,10 @@ def attempt_env(argv: list[str], meta: dict[str, Any], base_env: dict[str, str],
         env[JOB_MARK_ENV] = job_id
     caches = nodecache.node_cache_env(base_env, argv)
     env.update(caches)
+    env.update(warmstamps.driver_env(base_env))
+    warm = warmth.key_of(shlex.join(argv), verl=meta.get("kind") == "verl", warm=not warmth.opted_out(meta))
+    if warm:  # the job's warm-engine key (issue 50): what its rollout may attach to, or keep
+        env[warmth.KEY_ENV] = warm
     if caches:
         log(f"node cache {env.get(nodecache.NODE_CACHE_ENV, nodecache.NODE_CACHE_DEFAULT)}: "
             f"{', '.join(var if value else f'{var}=' for var, value in caches.items())}")
@@ -415,6 +420,10 @@ def attempt_env(argv: list[str], meta: dict[str, Any], base_env: dict[str, str],
         if job_id:
             cmd.append(f"{renv}.{JOB_MARK_ENV}='{job_id}'")
         cmd += [f"{renv}.{var}='{path}'" for var, path in caches.items()]
+        stamps = warmstamps.actor_overrides(base_env, argv)  # RAYJOBS_STAMPS=1: start-up stamps (issue 50)
+        if stamps:
+            log("start-up stamps: " + ", ".join(a.partition("=")[0].rpartition(".")[2] for a in stamps))
+            cmd += stamps
     return env, cmd
 
 

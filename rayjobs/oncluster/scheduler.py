@@ -20,6 +20,10 @@ state and what the rules before it decided (:class:`Pass`), and may end the pass
    backfill past a blocked job only while it waited less than ``backfill_s`` (the starvation guard).
 8. :func:`pre_start` -- the next job in line is pre-started in Ray, its runner held until admission.
 
+After them, whatever ended the pass: :func:`keep_warm` -- kept rollout engines (issue 50,
+:mod:`rayjobs.oncluster.warmth`) a job admitted in this pass would land beside are evicted, as are
+engines idle too long or beyond the per-node bound; those of ended jobs are released.
+
 To add a rule: write a function of a :class:`Pass` here, put it in :data:`RULES` where it belongs,
 and test it in ``tests/test_scheduler*.py`` on a :class:`QueueState` and a :class:`ClusterView`
 built by hand. Nothing else changes: actions are carried out by the service.
@@ -31,9 +35,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
-from rayjobs.oncluster import capacity, halving, policy as team
+from rayjobs.oncluster import capacity, halving, policy as team, warmth
 from rayjobs.oncluster.decision import (  # noqa: F401  (the rules' inputs and answers, by their usual names)
-    Action, Admit, CallOff, ClusterView, Decision, Fail, Holdings, Offer, Policy, Preempt, Rung, StopOverdue,
+    Action, Admit, CallOff, ClusterView, Decision, Evict, Fail, Holdings, Offer, Policy, Preempt, Release, Rung,
+    StopOverdue,
 )
 from rayjobs.oncluster.queuestate import QueueState, Running, Waiting
 
@@ -115,7 +120,7 @@ class Pass:
 def decide(state: QueueState, cluster: ClusterView, policy: Policy, now: float) -> Decision:
     """Run :data:`RULES` over the queue once; the actions for the service to carry out, in order
     (none, at no cost, when :func:`needs_pass` says no rule could act)."""
-    if not needs_pass(state):
+    if not needs_pass(state, cluster):
         return Decision()
     p = Pass(state, cluster, policy, now)
     p.preempting = {r.id: r.preempting_for for r in state.running.values() if r.preempting_for}
@@ -125,13 +130,15 @@ def decide(state: QueueState, cluster: ClusterView, policy: Policy, now: float) 
         rule(p)
         if p.done:
             break
+    keep_warm(p)
     return p.decision
 
 
-def needs_pass(state: QueueState) -> bool:
-    """Could a pass decide anything? Only while jobs wait, or while a running job is one a rule
-    about running jobs watches (:data:`WATCHES`)."""
-    return bool(state.waiting) or any(watch(r) for r in state.running.values() for watch in WATCHES)
+def needs_pass(state: QueueState, cluster: Optional[ClusterView] = None) -> bool:
+    """Could a pass decide anything? Only while jobs wait, while a running job is one a rule
+    about running jobs watches (:data:`WATCHES`), or while engines are kept warm (:func:`keep_warm`)."""
+    return (bool(state.waiting) or bool(cluster is not None and cluster.warm)
+            or any(watch(r) for r in state.running.values() for watch in WATCHES))
 
 
 def _preempting(r: Running) -> bool:
@@ -433,6 +440,33 @@ def pre_start(p: Pass) -> None:
 
 
 #: The rules, in the order they run (see the module's docstring).
+def keep_warm(p: Pass) -> None:
+    """Kept rollout engines (:func:`rayjobs.oncluster.warmth.evictions`): a job admitted in this pass
+    may land on any node with a GPU group's room free, and an idle engine there goes unless the job
+    attaches to it -- in this very pass, so a warm engine never delays a job (it holds no Ray
+    resource: the job's placement groups do not wait for it). A job with an engine of its key on
+    a node it may land on says so in its admission note."""
+    if not p.cluster.warm:
+        return
+    running = list(p.state.running)
+    admitted = []
+    for i, a in enumerate(p.decision.actions):
+        w = p.state.waiting.get(a.id) if isinstance(a, Admit) else None
+        if w is None or not w.req.groups:
+            continue
+        nodes = tuple(n.id for n in p.cluster.nodes if any(n.free_gpus >= g for g in w.req.groups))
+        admitted.append(warmth.Admitted(w.id, w.req.warm, nodes))
+        warm_at = [n for n in warmth.prefer(nodes, w.req.warm, p.cluster.warm, running)
+                   if any(e.node == n and e.key == w.req.warm and e.idle(running) for e in p.cluster.warm)]
+        if w.req.warm and warm_at:
+            note = f"a warm engine of its model is on {warm_at[0]}"
+            p.decision.actions[i] = Admit(a.id, f"{a.note}; {note}" if a.note else note)
+    here = {a.id for a in admitted}
+    earlier = [warmth.Earlier(r.id, r.req.warm, r.admitted_at) for r in p.state.running.values() if r.id not in here]
+    for v in warmth.evictions(p.cluster.warm, admitted, running, p.now, p.policy.warm, earlier):
+        p.act(Evict(v.name, v.why) if v.action == "evict" else Release(v.name, v.why))
+
+
 RULES: tuple[Callable[[Pass], None], ...] = (
     call_off_preemptions,
     overdue_preemptions,

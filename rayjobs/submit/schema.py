@@ -62,6 +62,7 @@ class RayjobsConfig:
     max_retries: int = 0
     preemptible: bool = False
     preempt_wait_s: float = 900.0
+    warm: bool = True  #: may its rollout attach to a kept engine, and keep its own (issue 50)
     after: Any = None  #: job/sweep ids: ID, [ID1, ID2] or "ID1,ID2" (normalised by :func:`after_ids`)
     user: str = ""
     evaluate: bool = False  #: the preset expands into one evaluation per job of ``after`` (eval_checkpoint)

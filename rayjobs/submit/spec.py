@@ -239,6 +239,7 @@ def _own_metadata(cfg: Any) -> dict[str, Any]:
             "user": str(rj.user or _os_user()),
             "preemptible": "1" if rj.preemptible else "0",
             "preempt_wait_s": f"{float(rj.preempt_wait_s):g}",
+            **({} if rj.warm else {"warm": "0"}),  # rayjobs.warm=false (issue 50: rayjobs.oncluster.warmth)
             # the ids as typed (a sweep id stands for its points): the queue resolves them when it queues
             **({"after": json.dumps(after_ids(rj.after))} if after_ids(rj.after) else {}),
             **({"halving": _halving(rj.halving)} if str(rj.halving.metric or "") else {}),
