@@ -131,7 +131,7 @@ def settled(c: FakeGpuCluster, wait_s: float = 8.0) -> tuple[int, float]:
 
 def store_bytes(c: FakeGpuCluster) -> dict[str, int]:
     """The record files of the queue's store: count, bytes (apparent) and bytes allocated on disk."""
-    files = list((c.storage / "queue" / "default" / "jobs").glob("*.json"))
+    files = list((c.queue_store / "jobs").glob("*.json"))
     sts = [f.stat() for f in files]
     return {"files": len(files), "bytes": sum(s.st_size for s in sts), "disk": sum(s.st_blocks * 512 for s in sts)}
 
@@ -539,7 +539,7 @@ def backlog(c: FakeGpuCluster, work: Path, a: argparse.Namespace, r: dict[str, A
     def mean_size(some: list[str]) -> float:
         from rayjobs.oncluster.store import QueueStore
 
-        st = QueueStore(c.storage / "queue" / "default")
+        st = QueueStore(c.queue_store)
         return statistics.mean(st.path(i).stat().st_size for i in some) if some else 0.0
 
     r["rec_size"] = {"cli": mean_size(ids[:ncli][:200]), "api": mean_size(ids[ncli:][:200])}

@@ -119,7 +119,7 @@ def record(c: FakeGpuCluster, sid: str) -> dict[str, Any]:
     """The queue's record of a job (its durable store on the cluster's storage root)."""
     from rayjobs.oncluster.store import QueueStore
 
-    return QueueStore(c.root / "storage" / "queue" / "default").get(sid) or {}
+    return QueueStore(c.queue_store).get(sid) or {}
 
 
 def meta(rec: dict[str, Any]) -> dict[str, Any]:

@@ -248,7 +248,7 @@ def bench_history(root: Path, n: int, ray_jobs: int) -> dict[str, Any]:
     from rayjobs.oncluster.store import QueueStore
 
     c = FakeGpuCluster(root / "history", nodes=((2, 6),))
-    store = QueueStore(c.root / "storage" / "queue" / "default")
+    store = QueueStore(c.queue_store)
     now = time.time()
     for k in range(n):  # what n finished jobs leave in the store (written before the head starts)
         store.put(_finished_record(k, now))

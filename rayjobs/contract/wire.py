@@ -195,6 +195,7 @@ class Health:
     admitted: int
     unreadable: int  #: record files the queue could not read (named in the job's status)
     verl: str = ""  #: verl's version on the head ("" where verl is not installed)
+    store: str = ""  #: the queue's store: ``<storage root>/queue/<this cluster's name>``
 
 
 @dataclass

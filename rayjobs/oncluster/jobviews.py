@@ -204,7 +204,7 @@ def users(svc: Any) -> dict[str, dict[str, Any]]:
 def health(svc: Any) -> dict[str, Any]:
     return {"ok": True, "version": __version__, "session": svc.session, "pid": _pid(), "started_at": svc.started_at,
             "waiting": len(svc.state.waiting), "admitted": len(svc.state.running),
-            "unreadable": len(svc.store.unreadable), "verl": _verl()}
+            "unreadable": len(svc.store.unreadable), "verl": _verl(), "store": str(svc.store.root)}
 
 
 def _verl() -> str:
