@@ -134,3 +134,43 @@ def test_the_embedded_heads_name_outlives_its_restarts_and_keeps_an_older_store(
     monkeypatch.setenv("RAYJOBS_HOME", str(tmp_path / "home3"))
     assert embedded.queue_name(old) == "default"  # an older rayjobs' backlog: kept
     assert os.path.exists(tmp_path / "home3" / "local" / "cluster_id")
+
+
+def test_a_laptop_that_started_a_refused_queue_says_why_at_once():
+    """The laptop starts a missing queue with a small Ray job; refused, that job fails with the
+    line: the command says it, not a generic timeout 90 s later."""
+    from types import SimpleNamespace
+
+    from rayjobs.client.queueapi import QueueDown, connect_queue
+
+    line = "the queue store /b/queue/rayjobs is held by the queue of Ray session s1 on h (pid 7; its heartbeat 2 s ago)"
+
+    class Head:
+        target = SimpleNamespace(api=None, token=None)
+        address = "http://127.0.0.1:1"
+        started: list = []
+
+        def get_json(self, path, params=None):
+            return {"session_name": "s2"}
+
+        def nodes(self):
+            return [{"node_id": "h", "is_head_node": True}]
+
+        def node_file(self, node_id, filename, lines=10):
+            return None  # no queue ever wrote where its API listens
+
+        def submit(self, spec):
+            self.started.append(spec["submission_id"])
+            return spec["submission_id"]
+
+        def job(self, sid):
+            return {"status": "FAILED"}
+
+        def logs(self, sid):
+            return f"some noise\n{line}\n"
+
+    t = time.monotonic()
+    with pytest.raises(QueueDown) as e:
+        connect_queue(Head(), timeout=60)
+    assert str(e.value) == f"the cluster's queue did not start: {line}" and len(Head.started) == 1
+    assert time.monotonic() - t < 30  # (not the 60 s wait)

@@ -231,7 +231,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         line = _refusal_line(e)
         if line is None:
             raise
-        print(f"rayjobs: the queue did not start: {line}", file=sys.stderr)
+        print(line, file=sys.stderr)  # one line: the starter's caller shows it as it is
         return 2
     if not got.get("port"):
         print("[rayjobs] the queue started but its API does not listen (see the queue actor's log on the head)",
