@@ -127,7 +127,7 @@ class Lease:
             LeaseHeld: another live queue holds it (one line).
         """
         deadline = time.monotonic() + linger_s
-        while True:
+        for _ in range(1000):  # bounded: a lease it writes but cannot read back, say
             doc = self.read()
             how = verdict(doc, self.me, time.time())
             if how == "held":
@@ -140,6 +140,8 @@ class Lease:
             back = self.read()
             if back and back.get("owner") == self.me["owner"]:
                 return how
+        raise LeaseHeld(f"the queue could not take its store {self.root}: its lease file {self.path} does not read "
+                        f"back as written (check the storage root)")
 
     def renew(self) -> bool:
         """The heartbeat: False if another queue has taken the store meanwhile (this one must stop)."""
