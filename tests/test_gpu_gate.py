@@ -213,8 +213,9 @@ def gate_node(clusters: Any) -> Any:
 def test_on_a_real_cluster_the_next_job_waits_until_the_last_ones_gpu_memory_is_freed(gate_node, workdir, way):
     """Each way on a 1-node cluster (2 fake GPUs): A's workers hold the GPUs; B, needing
     both, waits; A ends; B is admitted only once the driver freed A's workers' memory. Before the
-    fix B was admitted while it was still listed (a halving stop: 3.4 s before it was freed; a
-    failure 0.8 s): the reap took the ended workers' pids for no holders of A's."""
+    fix B was admitted while it was still listed (measured: a failure 3.9 s, a stop at a checkpoint
+    3.8 s, a halving stop 3.1 s before it was freed; a normal end and a preemption happened to wait):
+    the reap took the ended workers' pids for no holders of A's."""
     from conftest import send_on, submit_ids, view, wait_done, wait_until
 
     c = gate_node
