@@ -36,7 +36,8 @@ Rank-aware, idempotent, no fixed sleeps:
 Inputs: SKYPILOT_NODE_RANK, SKYPILOT_NODE_IPS (newline-separated), SKYPILOT_NUM_NODES,
 SKYPILOT_NUM_GPUS_PER_NODE; knobs RAYJOBS_NODE_DIR (~/.rayjobs/node), RAYJOBS_JOIN_TIMEOUT (900),
 RAYJOBS_RAY_PORT, RAYJOBS_DASHBOARD_PORT, RAYJOBS_AGENT_PORT (52366), RAYJOBS_CLIENT_PORT (none),
-RAYJOBS_STORAGE (the shared root, recorded and passed to jobs), RAYJOBS_SECRETS (the secret names
+RAYJOBS_STORAGE (the shared root, recorded and passed to jobs), RAYJOBS_QUEUE_NAME (the queue's store
+there; default: the SkyPilot cluster's name from SKYPILOT_CLUSTER_INFO), RAYJOBS_SECRETS (the secret names
 `rayjobs up` forwarded, comma-separated), RAYJOBS_RAY_TEMP_DIR (several nodes on one host only),
 RAYJOBS_METRICS_EXPORT_PORT (8090: each node's Ray metrics; 0 = Ray picks),
 RAYJOBS_METRICS_PORT (8264: the head's loopback metrics gateway; 0 = none), RAYJOBS_COMMIT (the
@@ -169,6 +170,19 @@ def _write_secret(path: Path, value: str) -> None:
     os.replace(tmp, path)
 
 
+def queue_name(cfg: Config, env: dict[str, str]) -> str:
+    """The name of this cluster's queue store on the storage root (``<storage>/queue/<name>``): the
+    cluster's, never its address's, so two clusters on one bucket keep their queues apart and a
+    cluster keeps its backlog across `rayjobs down` and `up` of the same name. RAYJOBS_QUEUE_NAME as
+    given, else the SkyPilot cluster's name, else an id made once and kept in the node dir."""
+    from rayjobs.shared import QUEUE_NAME_ENV, made_once_id, queue_name_ok, skypilot_cluster_name
+
+    given = env.get(QUEUE_NAME_ENV, "").strip()
+    if given and not queue_name_ok(given):
+        fail(f"{QUEUE_NAME_ENV}={given!r} cannot name the queue's store: use letters, digits and _ . - (at most 64)")
+    return given or skypilot_cluster_name(env) or made_once_id(str(cfg.dir / "cluster_id"))
+
+
 def prepare_env(cfg: Config) -> None:
     """This process' environment becomes the Ray processes' (and so every job's)."""
     cfg.dir.mkdir(parents=True, exist_ok=True)
@@ -179,8 +193,10 @@ def prepare_env(cfg: Config) -> None:
         os.environ.pop(var, None)
     if cfg.storage:
         os.environ["RAYJOBS_STORAGE"] = cfg.storage
-    if cfg.head:  # the queue (on the head) submits the jobs it admits to this dashboard
+    if cfg.head:  # the queue (on the head) submits the jobs it admits to this dashboard, keeps its store by name
         os.environ["RAYJOBS_DASHBOARD"] = f"http://127.0.0.1:{cfg.dashboard_port}"
+        os.environ["RAYJOBS_QUEUE_NAME"] = queue_name(cfg, dict(os.environ))
+        log(f"the queue's store: {cfg.storage or '<storage>'}/queue/{os.environ['RAYJOBS_QUEUE_NAME']}")
     node_cache()
     # Entrypoints run with the PATH of `ray start`: this interpreter's python3 comes first.
     os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
@@ -800,6 +816,7 @@ def write_ready(cfg: Config, nodes: list[dict[str, Any]], metrics: Optional[str]
         "ray_temp_dir": ray_temp_dir(cfg),
         "token_path": str(cfg.dir / "auth_token"),
         "storage": cfg.storage or None,
+        "queue": os.environ.get("RAYJOBS_QUEUE_NAME"),  # its store: <storage>/queue/<queue>
         "ray_version": ray.__version__,
         "verl_version": _version("verl"),
         "rayjobs_version": _version("rayjobs"),

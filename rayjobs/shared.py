@@ -59,6 +59,56 @@ def cluster_storage_root() -> str:
     return os.path.join(os.path.expanduser(home), "storage")
 
 
+#: The name of a cluster's queue store, ``<storage root>/queue/<name>``: one per cluster, so clusters
+#: that share a storage root (one team bucket, one $RAYJOBS_HOME) keep their queues apart. The node
+#: script sets it to the SkyPilot cluster's name, the embedded head to the id kept in its
+#: ``$RAYJOBS_HOME/local``; a head started otherwise gets an id made once on its machine
+#: (:func:`made_once_id`). Set by hand, it names the store outright (``default``: rayjobs' old one).
+QUEUE_NAME_ENV = "RAYJOBS_QUEUE_NAME"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+def queue_name_ok(name: str) -> bool:
+    """Is ``name`` usable as a queue store's name (a directory: letters, digits, ``_.-``, at most 64)?"""
+    return bool(_NAME.match(name or ""))
+
+
+def made_once_id(path: str) -> str:
+    """The id kept in the file ``path``, made (``c`` + 12 hex) and kept there the first time: a
+    cluster's identity that outlives its restarts. Two makers racing keep the first one written."""
+    import os
+    import secrets as _secrets
+
+    try:
+        with open(path) as f:
+            got = f.read().strip()
+        if queue_name_ok(got):
+            return got
+    except OSError:
+        pass
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    new = "c" + _secrets.token_hex(6)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        with open(path) as f:
+            return f.read().strip() or new
+    with os.fdopen(fd, "w") as f:
+        f.write(new + "\n")
+    return new
+
+
+def skypilot_cluster_name(environ: dict[str, str]) -> Optional[str]:
+    """The SkyPilot cluster's name from a task's ``SKYPILOT_CLUSTER_INFO`` (JSON), made a queue name
+    (other characters as ``-``); None outside SkyPilot."""
+    try:
+        name = str(json.loads(environ.get("SKYPILOT_CLUSTER_INFO") or "{}").get("cluster_name") or "")
+    except (ValueError, AttributeError):
+        return None
+    name = re.sub(r"[^A-Za-z0-9_.-]", "-", name).strip("-.")[:64]
+    return name if queue_name_ok(name) else None
+
+
 #: Statuses: spelled once, in :mod:`rayjobs.contract.status` (re-exported here for the modules that
 #: import them from ``shared``).
 from rayjobs.contract.status import STATUSES, TERMINAL  # noqa: E402

@@ -63,7 +63,7 @@ Template = tuple[str, str, str, dict[str, Any]]  #: a spec's JSON, its sweep id,
 
 def store_bytes(c: Any) -> dict[str, int]:
     """The record files of the queue's store: count, bytes (apparent) and bytes allocated on disk."""
-    sts = [f.stat() for f in (c.storage / "queue" / "default" / "jobs").glob("*.json")]
+    sts = [f.stat() for f in (c.queue_store / "jobs").glob("*.json")]
     return {"files": len(sts), "bytes": sum(s.st_size for s in sts), "disk": sum(s.st_blocks * 512 for s in sts)}
 
 
@@ -370,7 +370,7 @@ def backlog(c: Any, work: Path, a: argparse.Namespace, r: dict[str, Any]) -> lis
     r["store"]["after"] = store_bytes(c)
     r["idle"] = sample.idle_cpu(pid, 30)
     ids, ncli = f.pop("ids"), len(f["cli"]) * a.chunk
-    st = QueueStore(c.storage / "queue" / "default")
+    st = QueueStore(c.queue_store)
     size = lambda some: statistics.mean(st.path(i).stat().st_size for i in some) if some else 0.0  # noqa: E731
     r["rec_size"] = {"cli": size(ids[:ncli][:200]), "api": size(ids[ncli:][:200])}
     mid = len(ids) // 2

@@ -110,7 +110,7 @@ def record(c: Any, sid: str) -> dict[str, Any]:
     """The queue's record of a job (its durable store on the cluster's storage root), as JSON."""
     from rayjobs.oncluster.store import QueueStore
 
-    rec = QueueStore(c.storage / "queue" / "default").get(sid)
+    rec = QueueStore(c.queue_store).get(sid)
     return rec.to_json() if rec else {}
 
 

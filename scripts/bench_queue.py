@@ -192,7 +192,7 @@ def bench_history(r: session.Run, n: int, ray_jobs: int) -> dict[str, Any]:
     from rayjobs.oncluster.store import QueueStore
 
     with r.cluster(((2, 6),), start=False) as c:
-        store, now = QueueStore(c.storage / "queue" / "default"), time.time()
+        store, now = QueueStore(c.queue_store), time.time()
         for k in range(n):  # what n finished jobs leave in the store (written before the head starts)
             store.put(JobRecord.from_json(_finished_record(k, now)))
         c.start()

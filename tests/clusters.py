@@ -93,7 +93,18 @@ class FakeGpuCluster:
 
     @property
     def storage(self) -> Path:
-        return self.root / "storage"
+        """Its storage root: its own, unless its settings name another (one several clusters share)."""
+        return Path(self.env.get("RAYJOBS_STORAGE") or self.root / "storage")
+
+    @property
+    def queue_store(self) -> Path:
+        """Its queue's store on its storage root: named by ``RAYJOBS_QUEUE_NAME`` in its settings, else
+        by the id its head made once on its machine (here: under its own HOME), as any head started
+        outside the node script and the embedded head."""
+        from rayjobs.shared import made_once_id
+
+        made = self.root / "home" / ".rayjobs" / "node" / "cluster_id"
+        return self.storage / "queue" / (self.env.get("RAYJOBS_QUEUE_NAME") or made_once_id(str(made)))
 
     def client_env(self, extra: Optional[dict[str, str]] = None) -> dict[str, str]:
         """A laptop command's environment for this cluster (its address; the API found from the head)."""

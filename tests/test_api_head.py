@@ -47,25 +47,51 @@ def test_a_missing_token_is_401_and_a_wrong_one_403(api) -> None:
     assert _raw(api, "GET", "/health").status_code == 200
 
 
-def test_every_route_answers_on_the_head(api, workdir) -> None:
-    from conftest import rayjobs_submit
+def test_every_route_answers_on_the_head_as_its_openapi_document_declares(api, workdir) -> None:
+    """Every route of the head's own document, called on the head: each answer's status declared for
+    its route and its body what the document declares (no field undeclared)."""
+    import hashlib
+    import io
+    import zipfile
 
-    h = api.health()
-    assert h.ok and h.session and h.pid > 0
-    doc = _raw(api, "GET", "/openapi.json").json()
-    assert {"/v1/health", "/v1/jobs", "/v1/jobs/{job_id}", "/v1/jobs/stop", "/v1/jobs/{job_id}/stop",
-            "/v1/jobs/{job_id}/resume", "/v1/jobs/{job_id}/rerun", "/v1/queue", "/v1/code/{key}"} <= set(doc["paths"])
+    from conftest import rayjobs_submit
+    from test_queueapi import Described
+
+    d = Described(_raw(api, "GET", "/openapi.json").json())
+
+    def check(method: str, route: str, status: int, path: str = "", **kw: Any) -> Any:
+        r = _raw(api, method.upper(), path or route, **kw)
+        assert r.status_code == status, (method, path or route, r.status_code, r.text)
+        return d.check(method, wire.PREFIX + route, r)
+
+    h = check("get", "/health", 200)
+    assert h["ok"] and h["session"] and h["pid"] > 0
+    check("get", "/health", 401, token=None)
     r = rayjobs_submit("+exp=fake_ppo", "+fake.steps=1", cwd=workdir)
     assert r.returncode == 0, r.stderr
     sid = r.stdout.strip()
-    got = wait_until(lambda: (v := api.job(sid)) and v["state"] == "done" and v, 120, f"{sid} to end")
-    assert got["status"] == "SUCCEEDED"
-    assert sid in {j["submission_id"] for j in api.jobs()}
-    assert "waiting" in api.summary()
-    _one_line(_raw(api, "POST", f"/jobs/{sid}/stop"), 409)  # a stop of a finished job
-    outcome = api.stop([sid])[0]
-    assert outcome.status == "SUCCEEDED"
-    _one_line(_raw(api, "GET", "/code/z" + "0" * 32), 404)
+    wait_until(lambda: (v := api.job(sid)) and v["state"] == "done", 120, f"{sid} to end")
+    done = check("get", "/jobs/{job_id}", 200, f"/jobs/{sid}")
+    assert done["status"] == "SUCCEEDED" and done["spans"], done
+    assert sid in {j["submission_id"] for j in check("get", "/jobs", 200)["jobs"]}
+    assert "waiting" in check("get", "/queue", 200)
+    assert sid in check("get", "/usage", 200)["jobs"]
+    check("post", "/jobs/{job_id}/stop", 409, f"/jobs/{sid}/stop")  # a stop of a finished job
+    assert check("post", "/jobs/stop", 200, json={"ids": [sid]})["results"][0]["status"] == "SUCCEEDED"
+    check("post", "/jobs/{job_id}/resume", 409, f"/jobs/{sid}/resume", json={})  # it succeeded: rerun it
+    again = check("post", "/jobs/{job_id}/rerun", 201, f"/jobs/{sid}/rerun",
+                  json={"job": {"entrypoint": "python3 -c pass", "submission_id": f"{sid}-again"}})
+    api.stop(again["ids"])  # (its answer is what this checks, not its run)
+    wait_until(lambda: (v := api.job(again["ids"][0])) and v["state"] == "done", 120, "the rerun to end")
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("a.py", "print(1)\n")
+    key = wire.code_key(hashlib.sha256(buf.getvalue()).hexdigest())
+    check("get", "/code/{key}", 404, f"/code/{key}")
+    check("put", "/code/{key}", 201, f"/code/{key}", data=buf.getvalue(), headers={"Content-Type": "application/zip"})
+    check("get", "/code/{key}", 200, f"/code/{key}")
+    check("post", "/jobs", 422, json={"jobs": [{"entrypoint": 3, "submission_id": "nope-1"}]})
+    assert {(m, p) for m, p, _ in d.seen} == d.routes(), d.routes() - {(m, p) for m, p, _ in d.seen}
 
 
 @pytest.mark.parametrize("body, status", [

@@ -97,7 +97,7 @@ def test_200_waiting_jobs_cost_records_not_processes(one_node, workdir):
     assert standby_in_ray(c) == first  # still one, the first
     in_ray = {j.submission_id for j in c.client().list_jobs()}
     assert not set(ids[1:]) & in_ray  # the others are nothing in Ray: a record each, on disk
-    store = QueueStore(c.storage / "queue" / "default")
+    store = QueueStore(c.queue_store)
     assert all(store.get(i).state == State.WAITING for i in ids)
     # stop them all while queued: they never start
     r = cli_on(c, "stop", "--sweep", ids[1].rsplit("-", 1)[0], *first, "--wait", "60", timeout=300)

@@ -213,11 +213,12 @@ def test_a_start_whose_agent_cannot_listen_fails_in_one_line(home):
 
 
 @pytest.mark.cluster
-def test_stop_start_submit_twice_in_a_row_each_succeed(home, workdir):
+def test_stop_start_submit_twice_in_a_row_each_succeed(home, workdir, monkeypatch):
     # It once failed on the second round: "the jobs were queued on the cluster, but its queue has not
     # shown 1 of them within 30 s", the previous Ray session's queue file taken for the live queue.
     env = {"RAYJOBS_HOME": str(home)}
     sessions: list[str] = []
+    jobs: list[str] = []
     for k in range(2):
         stop = rayjobs_cli("local", "stop", env=env, timeout=60)
         assert stop.returncode == 0, (k, stop.stderr)
@@ -238,6 +239,22 @@ def test_stop_start_submit_twice_in_a_row_each_succeed(home, workdir):
         assert got["status"] == "SUCCEEDED", (k, got, d.sdk.get_job_logs(job)[-2000:])
         st = rayjobs_cli("status", job, "--json", env=env)
         assert st.returncode == 0 and json.loads(st.stdout)["status"] == "SUCCEEDED", (k, st.stdout, st.stderr)
+        jobs.append(job)
+    # Its queue's store is named by the id this home keeps (issue 45 item 10), the same across the
+    # restarts: the first round's job is still in it; the record names the head's Ray session.
+    rec, name = _record(home), (home / "local" / "cluster_id").read_text().strip()
+    assert (rec["session"], rec["queue"]) == (sessions[-1], name), rec
+    assert q.health().store == str(home / "storage" / "queue" / name)
+    assert q.job(jobs[0])["status"] == "SUCCEEDED"
+    # A record whose head is not the one answering at its address (another network namespace's
+    # 127.0.0.1, say) is not taken for it.
+    monkeypatch.setenv("RAYJOBS_HOME", str(home))
+    assert embedded.running()["session"] == sessions[-1]
+    (home / "local" / "head.json").write_text(json.dumps(dict(rec, session="session_of_another_head")))
+    try:
+        assert embedded.running() is None
+    finally:
+        (home / "local" / "head.json").write_text(json.dumps(rec))
 
 
 # --------------------------------------------------------------------------- finding the queue (no Ray)

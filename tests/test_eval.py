@@ -56,7 +56,7 @@ def row(c: FakeGpuCluster, sid: str) -> dict[str, Any]:
 
 def records(c: FakeGpuCluster) -> Path:
     """The queue's job records (its durable store on the cluster's storage root)."""
-    return c.storage / "queue" / "default" / "jobs"
+    return c.queue_store / "jobs"
 
 
 def queue_ids(c: FakeGpuCluster) -> set[str]:

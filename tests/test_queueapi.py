@@ -1,6 +1,6 @@
 """The queue's HTTP API in-process: every route, its refusals, its OpenAPI document (fast tier: the
-real service, store and FastAPI app over a fake Jobs API; no Ray). The same routes on a real head
-are tests/test_queueapi_cluster.py."""
+real service, store and FastAPI app over a fake Jobs API; no Ray). The same routes on a real head,
+their answers checked against the head's own document, are tests/test_api_head.py."""
 
 from __future__ import annotations
 
@@ -36,7 +36,8 @@ def zip_of(files: dict[str, str]) -> bytes:
 class Api:
     """The service and its app; ``tick()`` turns the queue's loop until its calls in flight are back."""
 
-    def __init__(self, root: Path, gpus: int = 2, limit: int = wire.MAX_BODY_BYTES) -> None:
+    def __init__(self, root: Path, gpus: int = 2, limit: int = wire.MAX_BODY_BYTES, cluster: Any = None,
+                 reap: Any = None) -> None:
         from fastapi.testclient import TestClient
 
         from rayjobs.oncluster.apiserver import create_app
@@ -44,8 +45,8 @@ class Api:
         from rayjobs.oncluster.store import QueueStore
 
         self.jobs = FakeJobs()
-        self.svc = QueueService(QueueStore(root / "queue"), self.jobs, FakeCluster([node("n0", gpus)]),
-                                reap=lambda job_id, **kw: [], session="session_test")
+        self.svc = QueueService(QueueStore(root / "queue"), self.jobs, cluster or FakeCluster([node("n0", gpus)]),
+                                reap=reap or (lambda job_id, **kw: []), session="session_test")
         self.svc.recover()
         self.app = create_app(self.svc, TOKEN, body_limit=limit)
         self.http = TestClient(self.app, headers={"Authorization": f"Bearer {TOKEN}"})
@@ -321,29 +322,110 @@ def test_rerun_queues_a_new_job_with_the_old_code(api):
 
 
 # --------------------------------------------------------------------------- the API describes itself
-def _schema(doc: dict[str, Any], ref: dict[str, Any]) -> dict[str, Any]:
-    return {**ref, "components": doc["components"]} if "$ref" in ref else ref
+def strict(node: Any) -> Any:
+    """The document's schemas with no undeclared field allowed in an object that lists its fields
+    (the served document lets them pass, for clients of a newer head; the head's own answers must not)."""
+    if isinstance(node, dict):
+        out = {k: strict(v) for k, v in node.items()}
+        if "properties" in out:
+            out.setdefault("additionalProperties", False)
+        return out
+    return [strict(v) for v in node] if isinstance(node, list) else node
 
 
-def test_every_answer_matches_the_openapi_document(api):
-    import jsonschema
+class Described:
+    """Checks answers against the API's own OpenAPI document (as the API serves it): each answer's
+    status is declared for its route, and its body is what the document declares for that status."""
 
-    doc = api.http.get("/v1/openapi.json").json()
-    routes = {(p, m) for p, ops in doc["paths"].items() for m in ops}
-    assert {("/v1/jobs", "post"), ("/v1/jobs", "get"), ("/v1/jobs/{job_id}", "get"), ("/v1/jobs/stop", "post"),
-            ("/v1/jobs/{job_id}/stop", "post"), ("/v1/jobs/{job_id}/resume", "post"), ("/v1/jobs/{job_id}/rerun", "post"),
-            ("/v1/queue", "get"), ("/v1/health", "get"), ("/v1/code/{key}", "get"), ("/v1/code/{key}", "put")} <= routes
-    api.queue("a", "b", groups=(2,))
-    api.tick()
-    calls = [("get", "/v1/health", "/v1/health", None), ("get", "/v1/jobs", "/v1/jobs", None),
-             ("get", "/v1/jobs/{job_id}", "/v1/jobs/b", None), ("get", "/v1/queue", "/v1/queue", None),
-             ("post", "/v1/jobs/stop", "/v1/jobs/stop", {"ids": ["b"]}),
-             ("post", "/v1/jobs", "/v1/jobs", {"jobs": [job("c")], "code": api.code})]
-    for method, path, url, body in calls:
-        r = api.http.request(method.upper(), url, json=body)
-        op = doc["paths"][path][method]
+    def __init__(self, doc: dict[str, Any]) -> None:
+        self.doc, self.components = doc, strict(doc["components"])
+        self.seen: set[tuple[str, str, int]] = set()
+
+    def check(self, method: str, route: str, r: Any) -> Any:
+        import jsonschema
+
+        op = self.doc["paths"][route][method]
+        assert str(r.status_code) in op["responses"], f"{method.upper()} {route} answered {r.status_code}, undeclared"
         schema = op["responses"][str(r.status_code)]["content"]["application/json"]["schema"]
-        jsonschema.validate(r.json(), _schema(doc, schema))
-    fields = {f for f in wire.JobView.__dataclass_fields__}
-    for v in api.http.get("/v1/jobs").json()["jobs"]:
-        assert set(v) == fields, set(v) ^ fields
+        jsonschema.validate(r.json(), {**strict(schema), "components": self.components})
+        self.seen.add((method, route, r.status_code))
+        return r.json()
+
+    def routes(self) -> set[tuple[str, str]]:
+        return {(m, p) for p, ops in self.doc["paths"].items() for m in ops}
+
+
+def call(api: Api, d: Described, method: str, route: str, url: str = "", status: int = 200, http: Any = None,
+         **kw: Any) -> Any:
+    r = (http or api.http).request(method.upper(), url or route, **kw)
+    assert r.status_code == status, (method, url or route, r.status_code, r.text)
+    return d.check(method, route, r)
+
+
+def test_every_route_answers_as_its_openapi_document_declares(tmp_path):
+    """Every route of the document is called, its answers (success and refusals) validated against
+    the schema the document declares for their status, no field undeclared (a finished job's
+    ``spans`` was; resume, rerun, usage and code were never checked)."""
+    from fastapi.testclient import TestClient
+
+    api = Api(tmp_path, gpus=3)
+    d = Described(api.http.get("/v1/openapi.json").json())
+    J, ONE = "/v1/jobs", "/v1/jobs/{job_id}"
+    call(api, d, "get", "/v1/health")
+    call(api, d, "get", "/v1/health", status=401, http=TestClient(api.app))
+    call(api, d, "put", "/v1/code/{key}", f"/v1/code/{api.upload({'b.py': '2'})}")  # there already: 200
+    body = zip_of({"c.py": "3"})
+    key = wire.code_key(hashlib.sha256(body).hexdigest())
+    call(api, d, "get", "/v1/code/{key}", f"/v1/code/{key}", 404)
+    call(api, d, "put", "/v1/code/{key}", f"/v1/code/{key}", 201, content=body)
+    call(api, d, "put", "/v1/code/{key}", f"/v1/code/{'z' + 'f' * 32}", 422, content=body)
+    call(api, d, "get", "/v1/code/{key}", f"/v1/code/{key}")
+    call(api, d, "post", J, status=201, json={"jobs": [job(i, (1,), storage=api.storage) for i in ("ok", "wait", "x")],
+                                              "code": api.code})
+    call(api, d, "post", J, status=422, json={"jobs": [{"entrypoint": 3, "submission_id": "y"}], "code": api.code})
+    call(api, d, "post", J, status=400, content=b"{no", headers={"Content-Type": "application/json"})
+    call(api, d, "post", J, status=409, json={"jobs": [job("y")], "code": "z" + "0" * 32})
+    call(api, d, "post", J, status=404, json={"jobs": [job("y")], "code_of": "nobody"})
+    api.tick()
+    ckpt = Path(api.get("ok")["metadata"]["checkpoint_dir"])
+    ckpt.mkdir(parents=True)
+    (ckpt / "latest_checkpointed_iteration.txt").write_text("4")
+    call(api, d, "post", "/v1/jobs/{job_id}/resume", "/v1/jobs/ok/resume", 409, json={})  # still running
+    api.jobs.end("ok", "STOPPED")
+    api.tick()
+    api.tick()
+    done = call(api, d, "get", ONE, "/v1/jobs/ok")
+    assert done["state"] == "done" and done["spans"] and done["final"] is None, done  # it held GPUs once
+    call(api, d, "get", ONE, "/v1/jobs/nope", 404)
+    call(api, d, "post", "/v1/jobs/{job_id}/resume", "/v1/jobs/ok/resume", 201, json={})
+    call(api, d, "post", "/v1/jobs/{job_id}/resume", "/v1/jobs/ok/resume", 200, json={})  # the same run: once
+    call(api, d, "post", "/v1/jobs/{job_id}/resume", "/v1/jobs/ok/resume", 422, json={"new_id": 7})
+    call(api, d, "post", "/v1/jobs/{job_id}/resume", "/v1/jobs/nope/resume", 404, json={})
+    call(api, d, "post", "/v1/jobs/{job_id}/rerun", "/v1/jobs/ok/rerun", 201, json={"job": job("ok2")})
+    call(api, d, "post", "/v1/jobs/{job_id}/rerun", "/v1/jobs/nope/rerun", 404, json={"job": job("ok3")})
+    api.tick()
+    listed = call(api, d, "get", J)
+    fields = set(wire.JobView.__dataclass_fields__)
+    assert all(set(v) == fields for v in listed["jobs"]), [set(v) ^ fields for v in listed["jobs"]]
+    call(api, d, "get", J, f"{J}?limit=0", 422)
+    call(api, d, "get", "/v1/queue")
+    usage = call(api, d, "get", "/v1/usage")
+    assert usage["jobs"]["ok"]["allocated"] > 0, usage
+    call(api, d, "get", "/v1/usage", "/v1/usage?since=soon", 422)
+    call(api, d, "post", "/v1/jobs/{job_id}/stop", "/v1/jobs/x/stop")
+    call(api, d, "post", "/v1/jobs/{job_id}/stop", "/v1/jobs/ok/stop", 409)
+    call(api, d, "post", "/v1/jobs/{job_id}/stop", "/v1/jobs/x/stop?mode=later", 422)
+    call(api, d, "post", "/v1/jobs/stop", json={"ids": ["wait"], "mode": "checkpoint"})
+    call(api, d, "post", "/v1/jobs/stop", status=404, json={"ids": ["ghost"]})
+    call(api, d, "post", "/v1/jobs/stop", status=413, http=TestClient(create_small_app(api)), json={"ids": ["x"] * 400})
+    assert {(m, p) for m, p, _ in d.seen} == d.routes(), d.routes() - {(m, p) for m, p, _ in d.seen}
+    declared = {(m, p, int(s)) for p, ops in d.doc["paths"].items() for m, op in ops.items() for s in op["responses"]
+                if s.isdigit() and int(s) < 300}
+    assert declared <= d.seen, declared - d.seen  # every success a route declares was seen and checked
+
+
+def create_small_app(api: Api) -> Any:
+    """The same service behind an app that takes bodies of at most 1 KiB."""
+    from rayjobs.oncluster.apiserver import create_app
+
+    return create_app(api.svc, TOKEN, body_limit=1024)

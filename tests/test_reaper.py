@@ -223,6 +223,40 @@ def test_a_reap_ends_only_once_nvidia_smi_lists_none_of_the_jobs_gpu_memory(tmp_
             p.wait(timeout=10)
 
 
+def test_a_reap_waits_for_memory_listed_under_a_pid_no_process_has_any_more(tmp_path, monkeypatch):
+    """Issue 45 item 11: Ray had ended a halved point's worker before the reap looked, and the driver
+    still listed its 1,454 MiB; the reap, counting only pids still in /proc, returned at once and the
+    next point was admitted onto it. Memory of a pid gone from /proc is waited for now; one that
+    stays listed through a whole wait is another PID namespace's, remembered, not waited for again."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # this test's own reap locks and memo
+    ended = subprocess.Popen([sys.executable, "-c", ""])
+    ended.wait()  # its pid is no process any more
+    held = tmp_path / "held"
+    held.touch()
+    log = _fake_gpus(monkeypatch, tmp_path, f"{ended.pid},1454,{held}\n")
+    monkeypatch.setenv(reaper.GPU_WAIT_ENV, "300")  # far more than the test takes: never what ends it
+    got: list = []
+    t = threading.Thread(target=lambda: got.extend(reaper.reap_node("jobW", grace_s=1.0)), daemon=True)
+    t.start()
+    n = calls(log)
+    wait_until(lambda: calls(log) >= n + 3 or not t.is_alive(), 60, "the reap asking nvidia-smi again", every=0.05)
+    assert t.is_alive(), f"the reap ended while nvidia-smi still listed an ended process's memory: {got}"
+    held.unlink()  # the driver frees it
+    t.join(60)
+    assert not t.is_alive() and got == [], got  # nothing to end, nothing left held
+
+    held.touch()  # listed all along now, under a pid no process here has: another namespace's
+    monkeypatch.setenv(reaper.GPU_WAIT_ENV, "0.5")
+    first = [reaper.Reaped(**d) for d in reaper.reap_node("jobX", grace_s=1.0)]
+    assert [(r.pid, r.kind(), r.name) for r in first] == [(ended.pid, "held", "no process here")], first
+    monkeypatch.setenv(reaper.GPU_WAIT_ENV, "300")
+    n = calls(log)
+    assert reaper.reap_node("jobY", grace_s=1.0) == []  # remembered: not waited for
+    assert calls(log) == n + 1  # one listing: nothing to wait for
+
+
 def test_a_reap_that_hit_its_bound_says_what_still_holds_gpu_memory(tmp_path, monkeypatch):
     p = _spawn("", "jobH")
     try:

@@ -46,7 +46,7 @@ def steps(text: str) -> list[int]:
 
 def store(c: FakeGpuCluster) -> Path:
     """The queue's durable store on the cluster's storage root."""
-    return c.storage / "queue" / "default"
+    return c.queue_store
 
 
 def queue_ids(c: FakeGpuCluster) -> set[str]:

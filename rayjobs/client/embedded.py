@@ -38,7 +38,7 @@ from rayjobs import settings
 from rayjobs.client import headprocs
 from rayjobs.client.dashboard import Dashboard
 from rayjobs.contract.wire import DEFAULT_PORT as DEFAULT_API_PORT, PORT_ENV
-from rayjobs.shared import HEAD_ENV
+from rayjobs.shared import HEAD_ENV, QUEUE_NAME_ENV
 from rayjobs.errors import ClusterUnreachable, RayjobsError
 from rayjobs.settingsources import REMEMBERED
 
@@ -61,6 +61,44 @@ def record_file() -> Path:
 
 def token_file() -> Path:
     return state_dir() / "auth_token"
+
+
+def cluster_id_file() -> Path:
+    return state_dir() / "cluster_id"
+
+
+def queue_name(storage: Path) -> str:
+    """The embedded head's queue store name: the id made once and kept in ``$RAYJOBS_HOME/local``
+    (it outlives `local stop` and `local start`, so the backlog comes back; another
+    ``$RAYJOBS_HOME`` on the same storage root has its own). ``$RAYJOBS_QUEUE_NAME`` wins; a home
+    whose storage root already holds the store of an older rayjobs (``queue/default``) keeps it."""
+    from rayjobs.shared import QUEUE_NAME_ENV, made_once_id
+
+    if os.environ.get(QUEUE_NAME_ENV, "").strip():
+        return os.environ[QUEUE_NAME_ENV].strip()
+    f = cluster_id_file()
+    if not f.exists() and any((storage / "queue" / "default" / "jobs").glob("*.json")):
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text("default\n")
+    return made_once_id(str(f))
+
+
+def _netns(pid: Any = "self") -> Optional[int]:
+    try:
+        return os.stat(f"/proc/{pid}/ns/net").st_ino
+    except OSError:
+        return None
+
+
+def elsewhere(rec: dict[str, Any]) -> Optional[int]:
+    """A live process of the head ``rec`` that runs in another network namespace than this one
+    (its 127.0.0.1 is not ours: the head answers there, not here), or None."""
+    here = _netns()
+    for pid in headprocs.head_pids(rec):
+        there = _netns(pid)
+        if here is not None and there is not None and there != here:
+            return pid
+    return None
 
 
 def _alive(url: str, timeout: float = 1.0) -> bool:
@@ -112,12 +150,24 @@ def _pick_ports(preferred: Sequence[int]) -> list[int]:
 
 
 def running() -> Optional[dict[str, Any]]:
-    """The live embedded head's record, or None."""
+    """The live embedded head's record, or None. The head answering at its address must be the
+    record's own (its Ray session): another head at the same address -- another network namespace's
+    127.0.0.1 -- is not this record's, and its jobs are not this head's."""
     try:
         rec = json.loads(record_file().read_text())
     except (OSError, ValueError):
         return None
-    return rec if _alive(rec["dashboard"]) else None
+    if not _alive(rec["dashboard"]):
+        return None
+    return rec if not rec.get("session") or _session(rec) == rec["session"] else None
+
+
+def _session(rec: dict[str, Any]) -> Optional[str]:
+    """The Ray session of the head answering at the record's address (None: it did not say)."""
+    try:
+        return str(Dashboard(target(rec), timeout=2.0).version().get("session_name") or "") or None
+    except RayjobsError:
+        return None
 
 
 def target(rec: dict[str, Any]) -> settings.Target:
@@ -170,6 +220,8 @@ def _head_env() -> dict[str, str]:
     s = settings.current()
     if s.storage and s.source("storage") != REMEMBERED:
         env[settings.STORAGE_ENV] = s.storage
+    # ... in a store of this head's own there (the storage root may be another head's too)
+    env[QUEUE_NAME_ENV] = queue_name(Path(env.get(settings.STORAGE_ENV) or settings.home() / "storage"))
     return env
 
 
@@ -214,6 +266,7 @@ def start(num_gpus: Optional[int] = None, quiet: bool = False, timeout: Optional
     d = state_dir()
     d.mkdir(parents=True, exist_ok=True)
     if record_file().exists():
+        _not_elsewhere()
         stop()  # one head per RAYJOBS_HOME: an earlier one's leftovers would hold its temp dir
     temp = d / "ray"
     # Ray's note of the last head started in this temp dir. `ray start` refuses to start when it
@@ -248,8 +301,23 @@ def start(num_gpus: Optional[int] = None, quiet: bool = False, timeout: Optional
             raise ClusterUnreachable(f"{e}; {left}") from e
         raise
     rec["pids"] = headprocs.head_pids(rec)
+    rec.update(session=Path(rec.get("session_dir") or "").name or None, queue=env[QUEUE_NAME_ENV], netns=_netns())
     _write_record(rec)
     return rec
+
+
+def _not_elsewhere() -> None:
+    """Refuse to replace this ``$RAYJOBS_HOME``'s head while it runs in another network namespace
+    (one line): its jobs and its queue's store are that head's."""
+    try:
+        rec = json.loads(record_file().read_text())
+    except (OSError, ValueError):
+        return
+    pid = elsewhere(rec)
+    if pid is not None:
+        raise ClusterUnreachable(f"the embedded head of this RAYJOBS_HOME (session {rec.get('session') or '?'}, pid "
+                                 f"{pid}) runs in another network namespace: stop it there (`rayjobs local stop`) "
+                                 f"or give this one a RAYJOBS_HOME of its own")
 
 
 def start_queue(rec: dict[str, Any], env: dict[str, str], timeout: float) -> None:

@@ -192,11 +192,24 @@ def _discovered(d: Any, session: Optional[str] = None) -> Optional[str]:
     return f"http://{host}:{int(doc['port'])}"
 
 
-def start_queue(d: Any) -> None:
-    """Start the cluster's queue (it reloads its backlog from the store): one small Ray job."""
+def start_queue(d: Any) -> str:
+    """Start the cluster's queue (it reloads its backlog from the store): one small Ray job; its id."""
     sid = f"rayjobs-queue-start-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
     d.submit({"entrypoint": "python3 -m rayjobs.oncluster.queueactor start", "submission_id": sid,
               "entrypoint_num_cpus": 0, "metadata": {ROLE_KEY: "queue starter"}})
+    return sid
+
+
+def start_refused(d: Any, sid: str) -> Optional[str]:
+    """The starter job's last line if it failed (the queue refused to start: its store is another
+    live queue's, say), else None -- also where the dashboard cannot say (the wait goes on)."""
+    try:
+        if str(d.job(sid).get("status") or "").split(".")[-1] != "FAILED":
+            return None
+        lines = [ln.strip() for ln in d.logs(sid).splitlines() if ln.strip()]
+    except Exception:  # noqa: BLE001
+        return None
+    return lines[-1][:500] if lines else None
 
 
 def connect_queue(d: Any, *, start: bool = True, timeout: float = START_TIMEOUT_S) -> QueueAPI:
@@ -207,7 +220,7 @@ def connect_queue(d: Any, *, start: bool = True, timeout: float = START_TIMEOUT_
     """
     fixed = d.target.api or os.environ.get(ADDRESS_ENV)
     deadline = time.monotonic() + timeout
-    started = False
+    started, asked = "", 0.0
     last = ""
     for _ in range(100_000):  # bounded by the deadline
         # A queue counts only if it runs in the head's Ray session now: the file or port of a head
@@ -227,8 +240,12 @@ def connect_queue(d: Any, *, start: bool = True, timeout: float = START_TIMEOUT_
         if not start or time.monotonic() >= deadline:
             break
         if not started:
-            start_queue(d)
-            started = True
+            started = start_queue(d)
+        elif time.monotonic() - asked >= 1.0:  # a starter that failed says why at once, not at the deadline
+            asked = time.monotonic()
+            refused = start_refused(d, started)
+            if refused:
+                raise QueueDown(f"the cluster's queue did not start: {refused}")
         time.sleep(0.2)
     why = last or f"the head names no queue API in this Ray session (no {wire.API_FILE} in its log dir)"
     raise QueueDown(f"{why}; check `rayjobs cluster` and the queue actor's log on the head, then try again")

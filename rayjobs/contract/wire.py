@@ -98,6 +98,8 @@ class JobView:
     halved: Optional[dict[str, Any]] = None  #: {rung, value, rank, of, text}: its sweep's halving stopped it
     preempt_why: Optional[str] = None  #: why the queue chose it as a preemption's victim
     lost_runs: list[dict[str, Any]] = field(default_factory=list)  #: Ray runs lost with the head: lost_at, attempts, log
+    #: [admitted, ended] (epoch s) of each time it held GPUs and gave them back ([] until it first did)
+    spans: list[list[float]] = field(default_factory=list)
 
 
 @dataclass
@@ -193,6 +195,15 @@ class Health:
     admitted: int
     unreadable: int  #: record files the queue could not read (named in the job's status)
     verl: str = ""  #: verl's version on the head ("" where verl is not installed)
+    store: str = ""  #: the queue's store: ``<storage root>/queue/<this cluster's name>``
+
+
+@dataclass
+class CodeReply:
+    """A code snapshot is on the cluster (``GET``/``PUT /v1/code/{key}``)."""
+
+    key: str
+    present: bool = True
 
 
 @dataclass

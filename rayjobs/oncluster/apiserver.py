@@ -15,8 +15,13 @@ POST     /v1/jobs/{id}/stop            stop one (409 if it has ended)
 POST     /v1/jobs/{id}/resume          an ended job's run goes on as a new job (201)
 POST     /v1/jobs/{id}/rerun           a new job with this job's code snapshot (201)
 GET      /v1/queue                     the line's head with reasons, running jobs, use per user
+GET      /v1/usage                     where the GPU-hours went: ``user``, ``sweep``, ``since`` (epoch s)
 GET/PUT  /v1/code/{key}                is a code snapshot there / upload its zip archive (201)
+GET      /v1/openapi.json              this API's own description (OpenAPI 3.1)
 =======  ============================  ==========================================================
+
+Every answer is declared in the OpenAPI document: each route's success (its wire class), the
+refusals it gives by status, and ``default``: any other status is a :class:`~rayjobs.contract.wire.ApiError`.
 
 Every request carries the cluster's token as ``Authorization: Bearer`` when the cluster has one
 (no token: 401, a wrong one: 403), as Ray's dashboard asks. Every refusal is one JSON line,
@@ -47,7 +52,30 @@ from rayjobs.shared import __version__
 
 DEFAULT_LIMIT = 1000  #: jobs per page of the list unless ``limit`` says otherwise
 MAX_LIMIT = 100_000
-router = APIRouter(prefix=PREFIX)
+
+#: What each refusal status means, as the OpenAPI document says it (every one a :class:`wire.ApiError`).
+REFUSALS = {
+    400: "the body is not JSON",
+    401: "no auth token (the cluster's, as Authorization: Bearer)",
+    403: "a wrong auth token",
+    404: "no such job, record or code snapshot",
+    409: "the job's state does not allow it (ended, still running, its code not uploaded yet)",
+    413: "the body is over the API's limit",
+    422: "a field is missing, unknown or of the wrong type, or a value is refused",
+    500: "the queue failed on the request (its log is the queue actor's)",
+}
+
+
+def refusals(*statuses: int) -> dict[Any, dict[str, Any]]:
+    """The ``responses`` of a route that refuses with ``statuses`` (all one-line :class:`wire.ApiError`)."""
+    return {s: {"model": wire.ApiError, "description": REFUSALS[s]} for s in statuses}
+
+
+#: Every route: the token's refusals, a crash, and ``default`` -- any other status is an ApiError too
+#: (and FastAPI's own 422 schema, which this API never answers with, is not declared).
+router = APIRouter(prefix=PREFIX, responses={**refusals(401, 403, 500), "default": {
+    "model": wire.ApiError, "description": "any refusal: one line, what was wrong and what to do"}})
+_BODY = (400, 413, 422)  #: what a route with a JSON body may answer for the body alone
 
 
 class Context:
@@ -115,12 +143,13 @@ async def enqueue_now(rj: Context, body: wire.EnqueueRequest) -> Response:
                    "existing": existing}, 201)
 
 
-@router.post("/jobs", response_model=wire.EnqueueReply, status_code=201, summary="Queue jobs, all or none")
+@router.post("/jobs", response_model=wire.EnqueueReply, status_code=201, summary="Queue jobs, all or none",
+             responses=refusals(*_BODY, 404, 409))
 async def enqueue(request: Request, body: wire.EnqueueRequest) -> Any:
     return await enqueue_now(_rj(request), body)
 
 
-@router.get("/jobs", response_model=wire.JobList, summary="List jobs, oldest first")
+@router.get("/jobs", response_model=wire.JobList, summary="List jobs, oldest first", responses=refusals(422))
 async def list_jobs(request: Request, sweep: Optional[str] = None, status: list[str] = Query(default=[]),
                     user: Optional[str] = None, experiment: Optional[str] = None, since: Optional[float] = None,
                     limit: int = Query(default=DEFAULT_LIMIT, ge=1, le=MAX_LIMIT),
@@ -133,7 +162,7 @@ async def list_jobs(request: Request, sweep: Optional[str] = None, status: list[
     return answer({"jobs": picked[start:start + limit], "total": len(picked), "next": str(start + limit) if more else None})
 
 
-@router.get("/jobs/{job_id}", response_model=wire.JobView, summary="One job")
+@router.get("/jobs/{job_id}", response_model=wire.JobView, summary="One job", responses=refusals(404))
 async def get_job(request: Request, job_id: str) -> Any:
     view = jobviews.job_view(_rj(request).svc, job_id)
     if view is None:
@@ -141,7 +170,7 @@ async def get_job(request: Request, job_id: str) -> Any:
     return answer(view)
 
 
-@router.post("/jobs/stop", response_model=wire.StopReply, summary="Stop jobs")
+@router.post("/jobs/stop", response_model=wire.StopReply, summary="Stop jobs", responses=refusals(*_BODY, 404))
 async def stop_jobs(request: Request, body: wire.StopRequest) -> Any:
     rj = _rj(request)
     out = rj.reqs.stop(body.ids, body.mode, body.timeout_s)
@@ -149,7 +178,8 @@ async def stop_jobs(request: Request, body: wire.StopRequest) -> Any:
     return answer({"results": [wire.to_json(o) for o in out]})
 
 
-@router.post("/jobs/{job_id}/stop", response_model=wire.StopOutcome, summary="Stop one job")
+@router.post("/jobs/{job_id}/stop", response_model=wire.StopOutcome, summary="Stop one job",
+             responses=refusals(404, 409, 422))
 async def stop_one(request: Request, job_id: str, mode: str = Query(default="now", pattern="^(now|checkpoint)$"),
                    timeout_s: float = 3600.0) -> Any:
     rj = _rj(request)
@@ -162,7 +192,9 @@ async def stop_one(request: Request, job_id: str, mode: str = Query(default="now
 
 
 @router.post("/jobs/{job_id}/resume", response_model=wire.JobView, status_code=201,
-             summary="Resume an ended job's run as a new job")
+             summary="Resume an ended job's run as a new job",
+             responses={200: {"model": wire.JobView, "description": "resumed before: that job"},
+                        **refusals(*_BODY, 404, 409)})
 async def resume(request: Request, job_id: str, body: wire.ResumeRequest) -> Any:
     rj = _rj(request)
     rec, new = rj.reqs.plan_resume(job_id, body.new_id)
@@ -179,7 +211,7 @@ async def resume(request: Request, job_id: str, body: wire.ResumeRequest) -> Any
 
 
 @router.post("/jobs/{job_id}/rerun", response_model=wire.EnqueueReply, status_code=201,
-             summary="Queue a new job with this job's code snapshot")
+             summary="Queue a new job with this job's code snapshot", responses=refusals(*_BODY, 404, 409))
 async def rerun(request: Request, job_id: str, body: wire.RerunRequest) -> Any:
     return await enqueue_now(_rj(request), wire.EnqueueRequest(jobs=[body.job], code_of=job_id))
 
@@ -189,7 +221,7 @@ async def queue(request: Request) -> Any:
     return answer(jobviews.summary(_rj(request).svc))
 
 
-@router.get("/usage", response_model=wire.UsageReply, summary="Where the GPU-hours went")
+@router.get("/usage", response_model=wire.UsageReply, summary="Where the GPU-hours went", responses=refusals(422))
 async def usage(request: Request, user: Optional[str] = None, sweep: Optional[str] = None,
                 since: Optional[float] = None) -> Any:
     import time
@@ -203,7 +235,8 @@ async def usage(request: Request, user: Optional[str] = None, sweep: Optional[st
 
 
 # --------------------------------------------------------------------------- code
-@router.get("/code/{key}", summary="Is this code snapshot on the cluster")
+@router.get("/code/{key}", response_model=wire.CodeReply, summary="Is this code snapshot on the cluster",
+            responses=refusals(404))
 async def has_code(request: Request, key: str) -> Any:
     if not _rj(request).svc.store.code_wanted(key):
         raise HTTPException(404, f"code {key} is not on the cluster")
@@ -214,7 +247,9 @@ _ZIP_BODY = {"requestBody": {"required": True,
                              "content": {"application/zip": {"schema": {"type": "string", "format": "binary"}}}}}
 
 
-@router.put("/code/{key}", status_code=201, summary="Upload a code snapshot (a zip archive)", openapi_extra=_ZIP_BODY)
+@router.put("/code/{key}", response_model=wire.CodeReply, status_code=201, openapi_extra=_ZIP_BODY,
+            summary="Upload a code snapshot (a zip archive)",
+            responses={200: {"model": wire.CodeReply, "description": "it was there already"}, **refusals(413, 422)})
 async def put_code(request: Request, key: str) -> Any:
     rj = _rj(request)
     if rj.svc.store.code_wanted(key):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any, Iterable, Optional, Sequence
 
+from rayjobs.contract import wire
 from rayjobs.contract.record import JobRecord
 from rayjobs.contract.status import State
 from rayjobs.oncluster.clusterstate import describe_cluster
@@ -63,8 +64,7 @@ def _record_part(rec: JobRecord) -> dict[str, Any]:
             "lost": rec.lost, "preemptions": rec.preemptions, "preempted": rec.preempted, "preempting_for": None,
             "reaped": list(rec.reaped), "final": rec.final, "pruned": rec.pruned, "from_queue": rec.done,
             "rungs": dict(rec.rungs or {}), "halved": rec.halved, "preempt_why": (rec.preempting or {}).get("why"),
-            "lost_runs": [dict(h) for h in rec.history if "lost_at" in h],
-            **({"spans": [list(s) for s in rec.spans]} if rec.spans else {})}  # (none until it first ran)
+            "lost_runs": [dict(h) for h in rec.history if "lost_at" in h], "spans": [list(s) for s in rec.spans]}
 
 
 def reason(svc: Any, w: Waiting) -> str:
@@ -117,9 +117,10 @@ def done_view(rec: JobRecord) -> dict[str, Any]:
 
 
 def unreadable_view(job_id: str, path: Any) -> dict[str, Any]:
-    return {"submission_id": job_id, "status": "UNKNOWN", "state": "", "metadata": {},
-            "message": f"its queue record {path} is unreadable (cut mid-write, or edited by hand): the queue "
-                       f"cannot run or show it; restore the file or delete it", "from_queue": True}
+    return wire.to_json(wire.JobView(
+        submission_id=job_id, status="UNKNOWN", state="", from_queue=True,
+        message=f"its queue record {path} is unreadable (cut mid-write, or edited by hand): the queue cannot run "
+                f"or show it; restore the file or delete it"))
 
 
 def job_view(svc: Any, job_id: str) -> Optional[dict[str, Any]]:
@@ -203,7 +204,7 @@ def users(svc: Any) -> dict[str, dict[str, Any]]:
 def health(svc: Any) -> dict[str, Any]:
     return {"ok": True, "version": __version__, "session": svc.session, "pid": _pid(), "started_at": svc.started_at,
             "waiting": len(svc.state.waiting), "admitted": len(svc.state.running),
-            "unreadable": len(svc.store.unreadable), "verl": _verl()}
+            "unreadable": len(svc.store.unreadable), "verl": _verl(), "store": str(svc.store.root)}
 
 
 def _verl() -> str:

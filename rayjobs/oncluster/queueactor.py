@@ -56,10 +56,16 @@ class QueueActor:
         from rayjobs.oncluster import reaper, warmengines
         from rayjobs.oncluster.clusterstate import ClusterReader
         from rayjobs.oncluster.headapi import head_jobs
+        from rayjobs.oncluster.lease import Lease
         from rayjobs.oncluster.queueservice import QueueService
         from rayjobs.oncluster.store import QueueStore
 
-        self.svc = QueueService(QueueStore(), head_jobs(), ClusterReader(), reap=reaper.reap_job,
+        store = QueueStore()
+        # the store is this queue's alone: LeaseHeld (one line) if another live queue holds it, and
+        # this actor is not created (the starter says why)
+        self.lease = Lease(store.root, session_name())
+        self.lease.acquire()
+        self.svc = QueueService(store, head_jobs(), ClusterReader(), reap=reaper.reap_job,
                                 reap_enabled=reaper.enabled(), session=session_name(), ray_logs=logs_dir() or "",
                                 warm=warmengines.Registry())
         self.svc.recover()
@@ -80,7 +86,26 @@ class QueueActor:
             return
         loop = asyncio.get_running_loop()
         self._listening = asyncio.Event()
-        self._tasks = [loop.create_task(self._run()), loop.create_task(self._serve())]
+        self._tasks = [loop.create_task(self._run()), loop.create_task(self._serve()), loop.create_task(self._hold())]
+
+    async def _hold(self) -> None:
+        """The lease's heartbeat (in the I/O pool); a store another queue took meanwhile ends this
+        process at once: two queues must not admit from one store (Ray restarts this actor, whose
+        start is then refused while the other holds it)."""
+        from rayjobs.oncluster.lease import RENEW_S
+
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(RENEW_S)
+            try:
+                held = await loop.run_in_executor(self.io, self.lease.renew)
+            except OSError as e:  # the storage root did not answer: try again at the next beat
+                self.svc.note("lease not renewed", f"{type(e).__name__}: {e}"[:300])
+                continue
+            if not held:
+                print(f"[rayjobs] another queue took this queue's store {self.svc.store.root} ({self.lease.read()}); "
+                      f"this queue stops", flush=True)
+                os._exit(3)
 
     def _kick(self) -> None:
         """Wake the loop now (on the loop's thread: the API's handlers and ping call it)."""
@@ -175,6 +200,9 @@ def ensure_running(timeout: float = 60.0) -> dict[str, Any]:
     import ray
     from ray.job_config import JobConfig
 
+    from rayjobs.oncluster.lease import LeaseHeld, refusal
+    from rayjobs.oncluster.store import store_root
+
     if not ray.is_initialized():
         saved = os.environ.pop("RAY_JOB_CONFIG_JSON_ENV_VAR", None)
         try:
@@ -183,6 +211,9 @@ def ensure_running(timeout: float = 60.0) -> dict[str, Any]:
         finally:
             if saved is not None:
                 os.environ["RAY_JOB_CONFIG_JSON_ENV_VAR"] = saved
+    why = refusal(store_root(), session_name())  # (this session's own queue holding it is fine)
+    if why:
+        raise LeaseHeld(why)
     actor = ray.remote(QueueActor).options(
         name=ACTOR_NAME, namespace=NAMESPACE, lifetime="detached", get_if_exists=True, num_cpus=0,
         max_restarts=-1, max_concurrency=1000, resources={"node:__internal_head__": 0.001}).remote()
@@ -195,13 +226,33 @@ def main(argv: Optional[list[str]] = None) -> int:
     if argv != ["start"]:
         print("usage: python3 -m rayjobs.oncluster.queueactor start", file=sys.stderr)
         return 2
-    got = ensure_running()
+    try:
+        got = ensure_running()
+    except Exception as e:  # noqa: BLE001 (one line: the store is another live queue's, or its name is bad)
+        line = _refusal_line(e)
+        if line is None:
+            raise
+        print(line, file=sys.stderr)  # one line: the starter's caller shows it as it is
+        return 2
     if not got.get("port"):
         print("[rayjobs] the queue started but its API does not listen (see the queue actor's log on the head)",
               file=sys.stderr)
         return 1
     print(json.dumps(got), flush=True)
     return 0
+
+
+def _refusal_line(e: BaseException) -> Optional[str]:
+    """The one line of a refusal to start: the starter's own, or the actor's (Ray wraps it in its
+    own error, traceback included); None for any other error."""
+    import re
+
+    from rayjobs.oncluster.lease import LeaseHeld
+
+    if isinstance(e, (LeaseHeld, ValueError)):
+        return str(e)
+    m = re.search(r"(?:LeaseHeld|ValueError): (.*)", str(e))
+    return m.group(1).strip() if m else None
 
 
 if __name__ == "__main__":

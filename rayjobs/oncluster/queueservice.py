@@ -247,12 +247,13 @@ class QueueService:
             carry(self, action, now)
 
     def admit(self, job_id: str, note: str, now: float) -> None:
-        """Hand a waiting job to Ray: its record says admitted (durably) before Ray is asked."""
-        w = self.state.waiting[job_id]
-        rec = self._put(w.rec.with_(state=State.ADMITTED, admitted_at=now, freed_at=None, note=note,
+        """Hand a waiting job to Ray: its record says admitted (durably) before Ray is asked, at the
+        moment it was (``now`` is the tick's start, before that tick settled what had ended)."""
+        w, at = self.state.waiting[job_id], time.time()
+        rec = self._put(w.rec.with_(state=State.ADMITTED, admitted_at=at, freed_at=None, note=note,
                                     ray_logs=self.ray_logs,
                                     first_attempt=next_attempt(w.rec.meta.run_dir)))
-        self.state.admit(w, now, rec)
+        self.state.admit(w, at, rec)
         self.admitter.submit(rec)
         self.note("admitted", job_id)
 

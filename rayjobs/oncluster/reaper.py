@@ -10,7 +10,9 @@ runtime_env of verl's Ray actors, so whatever they spawn inherits it). So on eac
 * :func:`reap_node` finds the processes whose ``/proc/PID/environ`` has exactly that mark (its own
   process and ancestors left out), asks ``nvidia-smi`` (where it is on PATH) how much GPU memory
   each holds, SIGTERMs them, waits a bounded grace, SIGKILLs what is left, then waits (bounded)
-  until ``nvidia-smi`` lists none of the job's GPU holders, and says what it did. GPU holders that
+  until ``nvidia-smi`` lists none of the job's GPU holders -- nor memory of pids no process here
+  has any more (:mod:`rayjobs.oncluster.gpumemory`: Ray often ends a stopped trainer's workers
+  before the reap looks, and their memory outlives them) -- and says what it did. GPU holders that
   are no rayjobs job's and not Ray's own are reported, never killed. One reap of a job at a time
   per machine (a lock file): a process is signalled by one reaper, which alone can say how it ended.
 * :func:`reap_job` runs that on every alive node as a Ray task (``num_cpus=0``, pinned by a hard
@@ -24,15 +26,14 @@ No Ray import at module level: the parsing and the per-node part are plain ``/pr
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
-import subprocess
 import time
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Optional
 
-from rayjobs.oncluster import reaplock
+from rayjobs.oncluster import gpumemory, reaplock
+from rayjobs.oncluster.gpumemory import GONE, gpu_apps, parse_compute_apps  # noqa: F401 (the reaper's names too)
 from rayjobs.shared import JOB_MARK_ENV
 
 SWITCH_ENV = "RAYJOBS_REAP"  #: head-side: "0"/"off" leaves an ended job's processes alone
@@ -42,10 +43,7 @@ TIMEOUT_S = 30.0  #: reap_job's bound for all nodes together (a busy node's work
 POLL_S = 0.02
 GPU_WAIT_ENV = "RAYJOBS_REAP_GPU_WAIT_S"  #: head-side: how long a reap waits for the job's GPU memory to be freed
 GPU_WAIT_S = 10.0
-GPU_POLL_S = 0.05
 _PF_EXITING = 0x4  #: task flag (``/proc/PID/stat`` field 9): the process is in its exit, tearing down
-NVIDIA_SMI_ARGS = ("--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits")
-NVIDIA_SMI_TIMEOUT_S = 10.0
 _RAY_BINARIES = ("raylet", "gcs_server", "plasma_store")
 
 
@@ -111,30 +109,6 @@ def environ_mark(raw: bytes) -> Optional[str]:
     return None
 
 
-def parse_compute_apps(text: str) -> dict[int, Optional[int]]:
-    """``nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits`` -> {pid: MiB}.
-
-    Args:
-        text: its stdout, one ``pid, MiB`` line per process and GPU (a process on two GPUs is
-            listed twice: its MiB are summed); ``[N/A]``/``[Not Supported]`` memory gives None.
-
-    Returns:
-        GPU memory per pid (None where nvidia-smi does not say).
-    """
-    out: dict[int, Optional[int]] = {}
-    for line in text.splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) < 2 or not parts[0].isdigit():
-            continue
-        pid = int(parts[0])
-        mib = int(parts[1]) if parts[1].isdigit() else None
-        if mib is None:
-            out.setdefault(pid, None)
-        else:
-            out[pid] = (out.get(pid) or 0) + mib
-    return out
-
-
 def is_ray_own(argv: list[str]) -> bool:
     """Is this command line one of Ray's own processes (raylet, GCS, a ``ray::`` worker, its agents)?"""
     if not argv:
@@ -184,18 +158,6 @@ def _protected() -> set[int]:
     return out
 
 
-def gpu_apps() -> dict[int, Optional[int]]:
-    """GPU memory per pid from ``nvidia-smi`` on PATH; {} where there is none (or it fails)."""
-    exe = shutil.which("nvidia-smi")
-    if not exe:
-        return {}
-    try:
-        out = subprocess.run([exe, *NVIDIA_SMI_ARGS], capture_output=True, text=True, timeout=NVIDIA_SMI_TIMEOUT_S)
-    except (OSError, subprocess.SubprocessError):
-        return {}
-    return parse_compute_apps(out.stdout) if out.returncode == 0 else {}
-
-
 RUNNER_MODULE = b"rayjobs.oncluster.runner"
 
 
@@ -242,14 +204,22 @@ def scan(job_id: str, gpus: dict[int, Optional[int]], spare_live: bool = False) 
 
 def job_holders(job_id: str, gpus: dict[int, Optional[int]], mine: dict[int, str]) -> dict[int, str]:
     """The GPU holders a reap of ``job_id`` waits for (pid -> start time): its marked processes
-    (``mine`` and those a live runner still runs) and those in their exit whose mark can no longer be
-    read. Whose an exiting one was cannot be told then, but its memory is about to be freed and
-    the next job on that GPU needs it; one already gone from ``/proc`` may be another PID namespace's.
+    (``mine`` and those a live runner still runs), those in their exit whose mark can no longer be
+    read, and pids no process here has any more (:data:`~rayjobs.oncluster.gpumemory.GONE`): a
+    process's memory outlives it while the driver tears its context down, and Ray often ends a
+    trainer's workers itself before a reap looks (a stopped, halved, preempted or failed trainer).
+    Whose such a one was cannot be told, but its memory is about to be freed and the next job on
+    that GPU needs it; a pid remembered as another PID namespace's is not waited for.
     """
-    out, skip = {}, _protected()
+    out, skip, foreign = {}, _protected(), None
     for pid in gpus:
         st = _stat(pid)
-        if st is None or pid in skip:
+        if pid in skip:
+            continue
+        if st is None:
+            foreign = gpumemory.foreign() if foreign is None else foreign
+            if pid not in foreign:
+                out[pid] = GONE
             continue
         raw = _read(f"/proc/{pid}/environ")
         if pid in mine or (raw and environ_mark(raw) == job_id) or (not raw and _exiting(st)):
@@ -257,19 +227,9 @@ def job_holders(job_id: str, gpus: dict[int, Optional[int]], mine: dict[int, str
     return out
 
 
-def wait_freed(holders: dict[int, str], seconds: float) -> dict[int, Optional[int]]:
-    """Ask ``nvidia-smi`` until it lists none of ``holders`` (pid -> start time: a pid reused by
-    another process is not theirs), for at most ``seconds``; those still listed then (pid -> MiB)."""
-    deadline = time.monotonic() + seconds
-    while True:
-        listed = {}
-        for pid, mib in gpu_apps().items():
-            st = _stat(pid)
-            if pid in holders and (st is None or st[2] == holders[pid]):
-                listed[pid] = mib
-        if not listed or time.monotonic() >= deadline:
-            return listed
-        time.sleep(GPU_POLL_S)
+def _start_of(pid: int) -> Optional[str]:
+    st = _stat(pid)
+    return st[2] if st is not None else None
 
 
 def _alive(pid: int, start: str) -> bool:
@@ -344,7 +304,10 @@ def _reap_here(job_id: str, grace_s: float, spare_live: bool, wait: float, start
     holders = job_holders(job_id, gpus, procs)
     names = {p: _name(p) for p in [*procs, *strays, *holders]}  # before they end: a dead pid has no name
     how = end_processes(procs, grace_s) if procs else {}
-    held = wait_freed(holders, wait - (time.monotonic() - start)) if holders else {}
+    held = gpumemory.wait_freed(holders, wait - (time.monotonic() - start), _start_of) if holders else {}
+    if any(holders[p] == GONE for p in held):  # no process here, listed all along: another namespace's
+        gpumemory.remember_foreign([p for p in held if holders[p] == GONE], gpu_apps())
+    names.update({p: "no process here" for p in held if holders[p] == GONE})
     node, host = _node_ip(), _host_key()
     out = [Reaped(p, names[p], gpus.get(p), h, node, host) for p, h in sorted(how.items())]
     out += [Reaped(p, names[p], mib, "", node, host, wait) for p, mib in sorted(held.items())]

@@ -4,12 +4,16 @@ Where: ``<storage root>/queue/<name>/`` (the storage root the jobs write their c
 ``$RAYJOBS_STORAGE`` on the head, ``$RAYJOBS_HOME/storage`` on the embedded head). Not the head's
 own disk: a head machine that is replaced (spot reclaim, a new pod) mounts the same storage root,
 so the backlog, the code of every waiting job and the checkpoints of the running ones come back
-together; Ray's GCS (its job table and working_dir packages) does not.
+together; Ray's GCS (its job table and working_dir packages) does not. ``<name>`` is the
+cluster's, not its address's (:func:`queue_name`): clusters sharing a storage root (one team
+bucket, one ``$RAYJOBS_HOME``) keep a store each, and a second live queue on one store is refused
+(:mod:`rayjobs.oncluster.lease`).
 
 Layout::
 
     queue/<name>/jobs/<id>.json     the job's record (rayjobs.contract.record.JobRecord)
     queue/<name>/code/<hash>/      a job's code, unpacked once per content hash
+    queue/<name>/lease.json        which queue holds the store: owner, heartbeat (rayjobs.oncluster.lease)
 
 Every record write is :func:`rayjobs.contract.files.write_atomic` (tmp, fsync, rename): a writer cut
 off mid-write leaves the previous version and a stray ``.*.tmp`` that readers skip -- never half a
@@ -29,19 +33,41 @@ from typing import Iterable, Iterator, Optional
 
 from rayjobs.contract.files import is_temp, place, write_atomic
 from rayjobs.contract.record import JobRecord
-from rayjobs.shared import cluster_storage_root
+from rayjobs.shared import QUEUE_NAME_ENV, cluster_storage_root, made_once_id, queue_name_ok
 
-#: Two clusters that share one storage root (one bucket) need a queue each: set it on each head.
-NAME_ENV = "RAYJOBS_QUEUE_NAME"
+NAME_ENV = QUEUE_NAME_ENV
 #: A code snapshot uploaded, or found there by a submit, this recently is kept though no record
 #: names it yet: the submit's enqueue comes after its upload.
 CODE_GRACE_S = 3600.0
 
 
+def local_id_path() -> str:
+    """Where a head that nothing named keeps the id it made once: its machine's rayjobs node dir
+    (``$RAYJOBS_NODE_DIR``, ``~/.rayjobs/node``: where the node script keeps its own)."""
+    base = os.environ.get("RAYJOBS_NODE_DIR") or os.path.join(os.path.expanduser("~"), ".rayjobs", "node")
+    return os.path.join(base, "cluster_id")
+
+
+def queue_name() -> str:
+    """This cluster's store name: ``$RAYJOBS_QUEUE_NAME`` (the node script's SkyPilot cluster name,
+    the embedded head's kept id, or a user's), else an id made once on this machine.
+
+    Raises:
+        ValueError: one line -- the name set cannot be a directory name.
+    """
+    name = (os.environ.get(NAME_ENV) or "").strip()
+    if not name:
+        return made_once_id(local_id_path())
+    if not queue_name_ok(name):
+        raise ValueError(f"{NAME_ENV}={name!r} cannot name the queue's store: use letters, digits and _ . - "
+                         f"(at most 64, not starting with . or -)")
+    return name
+
+
 def store_root(storage: Optional[str] = None) -> Path:
     """``<storage root>/queue/<name>`` (the cluster side's storage root unless ``storage`` is given;
-    ``name`` from ``$RAYJOBS_QUEUE_NAME``, default ``default``)."""
-    return Path(storage or cluster_storage_root()) / "queue" / (os.environ.get(NAME_ENV) or "default")
+    ``name``: :func:`queue_name`)."""
+    return Path(storage or cluster_storage_root()) / "queue" / queue_name()
 
 
 class QueueStore:

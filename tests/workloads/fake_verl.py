@@ -29,6 +29,12 @@ console), as verl; with ``trainer.val_before_train=false`` it trains, as verl do
 ``+fake.actors`` (false; with ``+fake.hold_gpus=true``): one tiny actor per placement-group bundle,
 which every step waits on, as verl's driver waits on its workers: a worker node that dies makes the
 step raise ``ray.exceptions.ActorDiedError`` (traceback, exit 1), as in verl.
+``+fake.worker_mib=N`` (with ``+fake.actors``): each worker "holds N MiB of GPU memory" (a ``pid,N,PATH``
+line in ``$FAKE_NVIDIA_SMI_APPS``), which the driver frees ``+fake.worker_free_s`` (default 1.0) after the
+worker's process ended, as a CUDA context is torn down after its process is gone (the worker itself
+ends as soon as its trainer does, as Ray ends a dead driver's workers): an unmarked watcher
+removes PATH then and appends ``<pid> <epoch s> <job id>`` to ``$FAKE_NVIDIA_SMI_APPS.freed``. The workers carry
+the ``ray_kwargs.ray_init.runtime_env.env_vars`` the runner gives verl (its job mark), as verl's do.
 ``+fake.orphan=true``: leave a process behind, as an orphaned vLLM engine does: double-forked into a
 session of its own (out of the trainer's process group and tree, so Ray's job cleanup misses it), it
 keeps the inherited environment (``RAYJOBS_JOB``), ignores SIGTERM, sleeps for an hour and, where
@@ -41,6 +47,7 @@ import json
 import os
 import sys
 import time
+from typing import Optional
 
 PID = os.getpid()
 PREFIX = f"\x1b[36m(TaskRunner pid={PID})\x1b[0m "
@@ -60,10 +67,11 @@ def say(text: str) -> None:
     sys.stdout.flush()
 
 
-def hold_gpus(groups: list[int]) -> list:
+def hold_gpus(groups: list[int], env_vars: Optional[dict[str, str]] = None) -> list:
     import ray
 
-    ray.init(logging_level="ERROR")
+    # as verl: ray.init with the runtime_env of ray_kwargs.ray_init (its actors carry those env vars)
+    ray.init(logging_level="ERROR", runtime_env={"env_vars": env_vars} if env_vars else None)
     avail = ray._private.state.available_resources_per_node()
     total_avail = sum(n.get("GPU", 0) for n in avail.values())
     need = sum(groups)
@@ -84,13 +92,75 @@ def hold_gpus(groups: list[int]) -> list:
 ACTOR_STEP_TIMEOUT_S = 300.0
 
 
-def start_actors(pgs: list) -> list:
+#: ``+fake.worker_mib``'s watcher: once the worker's pid is gone, wait, free its "GPU memory" (remove
+#: the file its nvidia-smi line names), say when. Unmarked and in a session of its own: no reap ends it.
+FREER = ("import os, sys, time\n"
+         "pid, held, wait, log, job = int(sys.argv[1]), sys.argv[2], float(sys.argv[3]), sys.argv[4], sys.argv[5]\n"
+         "if os.fork():\n"
+         "    os._exit(0)\n"
+         "os.setsid()\n"
+         "end = time.monotonic() + 3600\n"
+         "while os.path.exists(f'/proc/{pid}') and time.monotonic() < end:\n"
+         "    try:\n"
+         "        if open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()[0] == 'Z':\n"
+         "            break\n"
+         "    except OSError:\n"
+         "        break\n"
+         "    time.sleep(0.01)\n"
+         "time.sleep(wait)\n"
+         "t = time.time()\n"
+         "os.unlink(held)\n"
+         "with open(log, 'a') as f:\n"
+         "    f.write(f'{pid} {t} {job}\\n')\n")
+
+
+def end_with(pid: int) -> None:
+    """End this worker as soon as process ``pid`` (its trainer) has: Ray ends a dead driver's workers,
+    mostly before the queue's reap looks; here always before (a thread polling every 10 ms)."""
+    import threading
+
+    def watch() -> None:
+        while True:
+            try:
+                if open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z":
+                    break
+            except OSError:
+                break
+            time.sleep(0.01)
+        os._exit(0)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def hold_gpu_memory(mib: int, free_s: float) -> None:
+    """``+fake.worker_mib``: this worker holds ``mib`` MiB on its fake GPU until ``free_s`` after it ended."""
+    import subprocess
+
+    apps = os.environ.get("FAKE_NVIDIA_SMI_APPS")
+    if not apps or mib <= 0:
+        return
+    job = os.environ.get("RAYJOBS_JOB", "-")
+    held = f"{apps}.held-{job}-{os.getpid()}"
+    open(held, "w").close()
+    env = {k: v for k, v in os.environ.items() if k != "RAYJOBS_JOB"}
+    subprocess.run([sys.executable, "-c", FREER, str(os.getpid()), held, str(free_s), apps + ".freed", job], env=env,
+                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True)
+    with open(apps, "a") as f:
+        f.write(f"{os.getpid()},{mib},{held}\n")
+
+
+def start_actors(pgs: list, mib: int = 0, free_s: float = 1.0) -> list:
     """``+fake.actors``: one worker actor in every bundle of ``pgs`` (verl's workers: one per GPU)."""
     import ray
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     @ray.remote(max_restarts=0)  # verl's workers are not restarted either
     class FakeWorker:
+        def __init__(self, trainer: int) -> None:
+            if mib > 0:
+                hold_gpu_memory(mib, free_s)
+                end_with(trainer)
+
         def step(self, i: int) -> int:
             return i
 
@@ -98,7 +168,7 @@ def start_actors(pgs: list) -> list:
             return ray.get_runtime_context().get_node_id()
 
     actors = [FakeWorker.options(num_cpus=1, num_gpus=1, scheduling_strategy=PlacementGroupSchedulingStrategy(
-                  pg, placement_group_bundle_index=b)).remote()
+                  pg, placement_group_bundle_index=b)).remote(PID)
               for pg in pgs for b in range(pg.bundle_count)]
     nodes = ray.get([a.node_id.remote() for a in actors])  # verl waits for its workers to start
     say(f"worker actors ready: {len(actors)} on node(s) {sorted(set(nodes))}")
@@ -222,8 +292,12 @@ def main() -> int:
     save_freq = int(args.get("trainer.save_freq", -1))
     nnodes = int(args.get("trainer.nnodes", 1))
     gpn = int(args.get("trainer.n_gpus_per_node", 1))
-    pgs = hold_gpus([gpn] * nnodes) if args.get("fake.hold_gpus", "false").lower() == "true" else []
-    actors = start_actors(pgs) if pgs and args.get("fake.actors", "false").lower() == "true" else []
+    renv = "ray_kwargs.ray_init.runtime_env.env_vars."
+    with_actors = args.get("fake.actors", "false").lower() == "true"
+    env_vars = {k[len(renv):]: v for k, v in args.items() if k.startswith(renv)} if with_actors else {}
+    pgs = hold_gpus([gpn] * nnodes, env_vars) if args.get("fake.hold_gpus", "false").lower() == "true" else []
+    actors = start_actors(pgs, int(args.get("fake.worker_mib", 0)), float(args.get("fake.worker_free_s", 1.0))) \
+        if pgs and with_actors else []
     if args.get("fake.orphan", "false").lower() == "true":
         leave_orphan()
 
