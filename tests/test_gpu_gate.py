@@ -43,7 +43,6 @@ class GateCluster(FakeCluster):
     def __init__(self, gpus: int) -> None:
         super().__init__([node("n0", gpus)])
         self.left: set[str] = set()
-        self.gpus: dict[str, int] = {}
 
     def observe(self, running: Any) -> Observed:
         from rayjobs.oncluster import capacity
@@ -52,12 +51,9 @@ class GateCluster(FakeCluster):
         n = self.nodes[0]
         nodes = [capacity.Node(n.id, n.gpus, n.cpus, n.gpus - used, n.cpus - 3 * used)]
         gone = {i for i, r in running.items() if i in self.left and not r.ending}
-        self.gpus = {i: r.req.gpus for i, r in running.items()}
-        return Observed(nodes, {i: [] for i in running}, gone)
-
-    def holdings(self, ids: Any) -> Any:
-        """What a preemption would free: each job's GPUs (and 3 CPUs a GPU) on the one node."""
-        return {i: {"n0": [float(self.gpus.get(i, 0)), 3.0 * self.gpus.get(i, 0)]} for i in ids}
+        # what a preemption would free: each job's GPUs (and 3 CPUs a GPU) on the one node
+        held = {i: {"n0": [float(r.req.gpus), 3.0 * r.req.gpus]} for i, r in running.items()}
+        return Observed(nodes, {i: [] for i in running}, gone, held)
 
 
 class GpuMemory:
