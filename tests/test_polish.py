@@ -209,3 +209,57 @@ def test_cli_json_rows_are_one_compact_object_a_line():
     assert json.loads(text) == [{"id": "a", "score": 0.5, "at": str(time)}, rows[1]]
     assert text.splitlines()[1:-1] == [json.dumps(json.loads(text)[0]) + ",", json.dumps(rows[1])]
     assert json_rows([]) == "[]"
+
+
+# --------------------------------------------------------------------------- issue 45: one-line usage errors
+def _commands(group=None, path=()):
+    """Every ``rayjobs`` command (subgroups' too): (its words, the click command)."""
+    import click
+
+    from rayjobs.cli import main
+
+    group = group or main
+    for name, cmd in group.commands.items():
+        yield (*path, name), cmd
+        if isinstance(cmd, click.Group):
+            yield from _commands(cmd, (*path, name))
+
+
+def test_every_commands_usage_errors_are_one_line():
+    """An unknown option, a missing argument, an unknown command: one line, what and where the help is, exit 2."""
+    from click.testing import CliRunner
+
+    from rayjobs.cli import main
+
+    try:
+        runner = CliRunner(mix_stderr=False)  # click < 8.2; later ones keep stderr apart anyway
+    except TypeError:
+        runner = CliRunner()
+    checked = 0
+    for words, cmd in _commands():
+        path = " ".join(("rayjobs", *words))
+        if cmd.context_settings.get("ignore_unknown_options"):
+            assert words == ("up",)  # `rayjobs up --infra=k8s`: its KEY=VALUE parser says a bad one in one line
+            continue
+        r = runner.invoke(main, [*words, "--no-such-option"], prog_name="rayjobs")
+        assert r.exit_code == 2 and r.stderr.splitlines() == [
+            f"error: {path}: no such option --no-such-option; see {path} --help"], (path, r.stderr)
+        required = [p.human_readable_name for p in cmd.params if p.required and p.param_type_name == "argument"]
+        if required:
+            r = runner.invoke(main, list(words), prog_name="rayjobs")
+            assert r.exit_code == 2 and r.stderr.splitlines() == [
+                f"error: {path}: missing {required[0]}; see {path} --help"], (path, r.stderr)
+            checked += 1
+    assert checked >= 5  # status, logs, tail, resume, rerun ...
+    r = runner.invoke(main, ["stop", "--sweep"], prog_name="rayjobs")
+    assert r.stderr.splitlines() == ["error: rayjobs stop: option '--sweep' requires an argument; see rayjobs stop --help"]
+    r = runner.invoke(main, ["lst"], prog_name="rayjobs")
+    assert r.exit_code == 2 and len(r.stderr.splitlines()) == 1 and "no such command 'lst'" in r.stderr
+
+
+def test_a_missing_job_id_is_one_line_and_help_stays():
+    r = rayjobs_cli("status")
+    assert r.returncode == 2 and r.stderr.splitlines() == [
+        "error: python -m rayjobs.cli status: missing JOB_ID; see python -m rayjobs.cli status --help"], r.stderr
+    r = rayjobs_cli("status", "--help")
+    assert r.returncode == 0 and r.stdout.startswith("Usage: python -m rayjobs.cli status [OPTIONS] JOB_ID")
