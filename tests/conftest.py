@@ -53,6 +53,14 @@ def pytest_configure(config: Any) -> None:
     if not hasattr(config, "workerinput"):  # the controlling process: its test processes inherit it
         os.environ[units.MAP_ENV] = str(_ROOT / "units.json")
     (_ROOT / "home").mkdir(exist_ok=True)
+    # What the tests' processes leave in the temp dir (SkyPilot's API server's request dirs, Ray's
+    # dashboards' pymp-* of the test clusters, the runner's reap locks) and the node cache of their
+    # jobs go under this session's root, removed at its end; pytest's tmp_path dirs stay where pytest
+    # keeps them (its last 3 runs).
+    os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", tempfile.gettempdir())
+    (_ROOT / "tmp").mkdir(exist_ok=True)
+    os.environ.update(TMPDIR=str(_ROOT / "tmp"), RAYJOBS_NODE_CACHE=str(_ROOT / "cache"))
+    tempfile.tempdir = None  # gettempdir() reads TMPDIR again
     from rayjobs.settingsources import KEYS, env_var
 
     # The developer's own settings variables (RAYJOBS_STORAGE, RAYJOBS_WANDB_PROJECT, ...) stay out.
@@ -104,6 +112,16 @@ def pytest_runtest_teardown(item: Any, nextitem: Any) -> None:
     if heads & {"one_node", "two_nodes"}:
         for factory in _FACTORY:
             factory.common_done()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: Any) -> None:
+    """``-q`` shows no status line: xdist (3.8) writes "bringing up nodes..." twice into a quiet run's
+    output that is not a terminal (as its workers start, and again once they have collected: its
+    quiet status line never changes) and has no option against it."""
+    status = session.config.pluginmanager.get_plugin("terminaldistreporter")
+    if status is not None and session.config.option.verbose < 0:
+        status.ensure_show_status = lambda: None
 
 
 @pytest.hookimpl(tryfirst=True, optionalhook=True)  # an xdist hook
