@@ -114,29 +114,62 @@ def test_local_status_of_a_stopped_head_says_how_to_start_it(tmp_path):
 
 
 @pytest.mark.cluster
-def test_local_stop_names_the_running_jobs_it_ends(tmp_path, workdir):
-    """An embedded head of its own (its own RAYJOBS_HOME): a job runs, `local stop` names it."""
+def test_a_local_head_in_words_its_stop_names_running_jobs_and_nothing_is_left(tmp_path, workdir):
+    """An embedded head of its own (its own RAYJOBS_HOME; the commands' TMPDIR a dir of the test's):
+    `local start` says what it does, `local status` says in words what runs (the record with --json),
+    `local stop` names the job it ends; then neither the head nor the commands left a file in TMPDIR
+    (Ray's dashboard leaves its pymp-* dir on every stop: the head's own TMPDIR is removed), and the
+    head's own temp dir is gone."""
     import shutil
     import tempfile
 
     short = tempfile.mkdtemp(prefix="rjl", dir="/tmp")  # Ray's socket paths are limited to 107 bytes
-    home = {"RAYJOBS_HOME": short}
+    tmp = Path(tempfile.mkdtemp(prefix="rjx", dir="/tmp"))
+    home = {"RAYJOBS_HOME": short, "TMPDIR": str(tmp)}
     try:
         r = rayjobs_cli("local", "start", env=home, timeout=180)
-        assert r.returncode == 0, r.stderr
+        assert r.returncode == 0 and r.stdout.startswith("http://127.0.0.1:"), r.stderr
+        assert "starting the embedded local Ray head" in r.stderr and "no cluster configured" not in r.stderr
+        again = rayjobs_cli("local", "start", env=home)
+        assert again.stdout == r.stdout and "already running" in again.stderr, again.stderr
         r = rayjobs_submit("+exp=fake_ppo", "+fake.steps=400", "+fake.step_s=0.5", cwd=workdir, env=home)
         assert r.returncode == 0, r.stderr
         sid = r.stdout.strip()
         from conftest import wait_until
 
         wait_until(lambda: sid in rayjobs_cli("list", "--status", "RUNNING", env=home).stdout, 120, f"{sid} to run")
+        words = rayjobs_cli("local", "status", env=home)
+        lines = words.stdout.splitlines()
+        assert words.returncode == 0 and len(lines) <= 5, words.stdout
+        assert lines[0].startswith(f"the embedded local Ray head is running at {again.stdout.strip()}"), lines
+        assert "jobs: 1 running, 0 waiting" in lines[1] and "preflight helper" in lines[2], lines
+        rec = json.loads(rayjobs_cli("local", "status", "--json", env=home).stdout)
+        assert rec["pids"] and rec["dashboard"] == again.stdout.strip()
         stop = rayjobs_cli("local", "stop", env=home, timeout=120)
         assert stop.returncode == 0, stop.stderr
         warned = [line for line in stop.stderr.splitlines() if "warning: stopping the embedded head ends" in line]
         assert warned and sid in warned[0] and "resumes from its last checkpoint" in warned[0], stop.stderr
+        assert sorted(os.listdir(tmp)) == [] and not (Path(short) / "local" / "tmp").exists()
     finally:
         rayjobs_cli("local", "stop", env=home, timeout=120)
         shutil.rmtree(short, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_local_status_in_words():
+    from rayjobs.cli.local import duration, status_words
+
+    rec = {"dashboard": "http://127.0.0.1:8265", "api": "http://127.0.0.1:8263", "temp_dir": "/h/local/ray",
+           "session_dir": "/h/local/ray/session_x", "pids": list(range(21))}
+    lines = status_words(rec, {"admitted": 2, "waiting": 5}, "the warm preflight helper is not running", 7380)
+    assert lines == [
+        "the embedded local Ray head is running at http://127.0.0.1:8265 (Ray dashboard and Jobs API), up 2 h 3 min",
+        "jobs: 2 running, 5 waiting (`rayjobs list`); the queue's API: http://127.0.0.1:8263",
+        "the warm preflight helper is not running",
+        "logs: /h/local/ray/session_x/logs; the whole record (ports, PIDs): rayjobs local status --json"]
+    lines = status_words(rec, None, "the warm preflight helper is not running", None)
+    assert lines[0].endswith("(Ray dashboard and Jobs API)") and lines[1].startswith("jobs: unknown: the queue at")
+    assert [duration(s) for s in (5, 125, 3 * 86400 + 7200)] == ["5 s", "2 min", "3 d 2 h"]
 
 
 def test_a_data_jobs_dataset_shows_in_the_overrides_column():
