@@ -296,3 +296,21 @@ def test_a_missing_job_id_is_one_line_and_help_stays():
         "error: python -m rayjobs.cli status: missing JOB_ID; see python -m rayjobs.cli status --help"], r.stderr
     r = rayjobs_cli("status", "--help")
     assert r.returncode == 0 and r.stdout.startswith("Usage: python -m rayjobs.cli status [OPTIONS] JOB_ID")
+
+
+def test_config_says_the_default_image_is_a_base_the_pinned_stack_goes_over(tmp_path):
+    """bootstrap/cluster.yaml's image is verl 0.5 / torch 2.7: its line says, in the same line, that the
+    nodes' setup installs the pinned stack over it (the pins of pyproject's cluster extra)."""
+    from test_image import _pyproject, _requirement_pins
+
+    pins = _requirement_pins(_pyproject()["project"]["optional-dependencies"]["cluster"])
+    r = rayjobs_cli("config", cwd=tmp_path, env={"RAYJOBS_HOME": str(tmp_path / "home")})
+    (line,) = [x for x in r.stdout.splitlines() if x.startswith("cluster.image")]
+    assert "base-verl0.5" in line and "(bootstrap/cluster.yaml; a base image: the nodes' setup installs the pinned " \
+        f"verl {pins['verl']} + vLLM {pins['vllm']} (torch {pins['torch']}) over it" in line, line
+    doc = json.loads(rayjobs_cli("config", "--json", cwd=tmp_path, env={"RAYJOBS_HOME": str(tmp_path / "home")}).stdout)
+    assert doc["cluster.image"]["note"].startswith("a base image") and doc["cluster.image"]["value"] in line
+    r = rayjobs_cli("config", cwd=tmp_path, env={"RAYJOBS_HOME": str(tmp_path / "home"),
+                                                 "RAYJOBS_CLUSTER_IMAGE": "ghcr.io/team/rayjobs-cluster:0123abcd4567"})
+    (line,) = [x for x in r.stdout.splitlines() if x.startswith("cluster.image")]
+    assert line.endswith("(env RAYJOBS_CLUSTER_IMAGE)"), line  # an image of one's own: no note
