@@ -174,10 +174,12 @@ def pytest_collection_finish(session: Any) -> None:
 def pytest_unconfigure(config: Any) -> None:
     from rayjobs.client import embedded
 
-    embedded.stop()
-    if _ENTERED:
-        netns.destroy(NS, exclude={os.getpid()})
-    shutil.rmtree(_ROOT, ignore_errors=True)
+    try:
+        embedded.stop()
+        if _ENTERED:
+            netns.destroy(NS, exclude={os.getpid()})
+    finally:  # a head slow to stop must not leave the session's files behind
+        shutil.rmtree(_ROOT, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------- fixtures
