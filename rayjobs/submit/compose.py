@@ -248,9 +248,10 @@ def apply_settings(cfg: Any, overrides: Sequence[str]) -> dict[str, Any]:
 
     ``wandb.project`` becomes ``trainer.project_name``, ``wandb.entity`` and ``wandb.mode`` the job's
     non-secret ``WANDB_ENTITY`` and ``WANDB_MODE`` (``rayjobs.env``), unless the command line sets
-    them: the command line wins, then the settings, then the preset's own value (a preset's project name is the seed recipe's,
-    not the team's). ``trainer.project_name`` also names the run's checkpoint and metrics dirs
-    (``<storage>/checkpoints/<project>/<run>``), so the settings' project decides those too.
+    them: the command line wins, then the settings, then the preset's own value (a preset's project
+    name is the seed recipe's, not the team's). ``trainer.project_name`` also names the run's
+    checkpoint and metrics dirs (``<storage>/checkpoints/<project>/<run>``), so the settings' project
+    decides those too.
 
     Returns:
         The verl keys set here (they go on verl's command line as a preset's keys do).
