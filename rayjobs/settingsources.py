@@ -45,6 +45,8 @@ ENV_PREFIX = "RAYJOBS_"
 DEFAULT = "default"
 REMEMBERED = "remembered cluster"
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: ``wandb.mode``'s values: W&B's own ``WANDB_MODE`` values.
+WANDB_MODES = ("online", "offline", "disabled", "shared", "dryrun")
 
 
 # --------------------------------------------------------------------------- the schema
@@ -68,11 +70,13 @@ class ClusterSettings:
 
 @dataclass(frozen=True)
 class WandbSettings:
-    """Where verl's wandb logger writes: a job's project (``trainer.project_name``) and entity."""
+    """Where verl's wandb logger writes: a job's project (``trainer.project_name``), entity and mode."""
 
     project: str = _key("", "W&B project: the default trainer.project_name of a submit (also names its "
                             "checkpoint dir); empty: the preset's")
     entity: str = _key("", "W&B entity (team or user): WANDB_ENTITY in the job's environment; empty: W&B's default")
+    mode: str = _key("", "WANDB_MODE in the job's environment: offline (W&B writes into the job's run dir, no key "
+                         "needed), disabled, online; empty: W&B's default (online, needs WANDB_API_KEY on the cluster)")
 
 
 @dataclass(frozen=True)
@@ -175,6 +179,9 @@ def _checked_str(key: str, value: str, at: str) -> str:
                               f"because jobs run in a temporary dir")
     if key == "cluster.name" and (not value or any(c.isspace() or c == "/" for c in value)):
         raise ConfigError(f"{at} = {value!r} is not a cluster name (no spaces or /)")
+    if key == "wandb.mode" and value and value not in WANDB_MODES:
+        raise ConfigError(f"{at} = {value!r} is not a W&B mode: one of {', '.join(WANDB_MODES)}"
+                          f"{did_you_mean(value, WANDB_MODES)}")
     return value
 
 

@@ -72,7 +72,9 @@ class FakeGpuCluster:
                     if k not in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")}
         self.env.update(HEAD_ENV)
         # Its own storage root: the queue's durable store lives there (not the test session's).
-        self.env.update({"HOME": str(self.root / "home"), "RAY_AUTH_MODE": "disabled",
+        # Its own TMPDIR (its nodes share it, as processes of one machine do), removed with it: Ray's
+        # dashboard leaves its multiprocessing pymp-* dir there on every stop.
+        self.env.update({"HOME": str(self.root / "home"), "RAY_AUTH_MODE": "disabled", "TMPDIR": str(self.root / "tmp"),
                          "RAYJOBS_STORAGE": str(self.root / "storage"), "RAYJOBS_DASHBOARD": self.address,
                          "RAYJOBS_API_PORT": str(self.api_port), "FAKE_NVIDIA_SMI_APPS": str(self.apps),
                          "FAKE_NVIDIA_SMI_CALLS": str(self.smi_calls), "RAYJOBS_REAP_GPU_WAIT_S": "20",
@@ -137,7 +139,8 @@ class FakeGpuCluster:
         """Start every node, wait until they and the Jobs API are up; then the queue (``queue``),
         as the node script does (a head restarted by hand starts without: the first command
         starts it)."""
-        (self.root / "home").mkdir(parents=True, exist_ok=True)
+        for d in ("home", "tmp"):
+            (self.root / d).mkdir(parents=True, exist_ok=True)
         self._queue = None
         for i, (gpus, cpus) in enumerate(self.nodes):
             env = dict(self.env)

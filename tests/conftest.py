@@ -53,6 +53,14 @@ def pytest_configure(config: Any) -> None:
     if not hasattr(config, "workerinput"):  # the controlling process: its test processes inherit it
         os.environ[units.MAP_ENV] = str(_ROOT / "units.json")
     (_ROOT / "home").mkdir(exist_ok=True)
+    # What the tests' processes leave in the temp dir (SkyPilot's API server's request dirs, Ray's
+    # dashboards' pymp-* of the test clusters, the runner's reap locks) and the node cache of their
+    # jobs go under this session's root, removed at its end; pytest's tmp_path dirs stay where pytest
+    # keeps them (its last 3 runs).
+    os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", tempfile.gettempdir())
+    (_ROOT / "tmp").mkdir(exist_ok=True)
+    os.environ.update(TMPDIR=str(_ROOT / "tmp"), RAYJOBS_NODE_CACHE=str(_ROOT / "cache"))
+    tempfile.tempdir = None  # gettempdir() reads TMPDIR again
     from rayjobs.settingsources import KEYS, env_var
 
     # The developer's own settings variables (RAYJOBS_STORAGE, RAYJOBS_WANDB_PROJECT, ...) stay out.
@@ -106,6 +114,16 @@ def pytest_runtest_teardown(item: Any, nextitem: Any) -> None:
             factory.common_done()
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: Any) -> None:
+    """``-q`` shows no status line: xdist (3.8) writes "bringing up nodes..." twice into a quiet run's
+    output that is not a terminal (as its workers start, and again once they have collected: its
+    quiet status line never changes) and has no option against it."""
+    status = session.config.pluginmanager.get_plugin("terminaldistreporter")
+    if status is not None and session.config.option.verbose < 0:
+        status.ensure_show_status = lambda: None
+
+
 @pytest.hookimpl(tryfirst=True, optionalhook=True)  # an xdist hook
 def pytest_xdist_make_scheduler(config: Any, log: Any) -> Any:
     return units.make_scheduler(config, log)
@@ -156,10 +174,12 @@ def pytest_collection_finish(session: Any) -> None:
 def pytest_unconfigure(config: Any) -> None:
     from rayjobs.client import embedded
 
-    embedded.stop()
-    if _ENTERED:
-        netns.destroy(NS, exclude={os.getpid()})
-    shutil.rmtree(_ROOT, ignore_errors=True)
+    try:
+        embedded.stop()
+        if _ENTERED:
+            netns.destroy(NS, exclude={os.getpid()})
+    finally:  # a head slow to stop must not leave the session's files behind
+        shutil.rmtree(_ROOT, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------- fixtures

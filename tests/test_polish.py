@@ -114,29 +114,62 @@ def test_local_status_of_a_stopped_head_says_how_to_start_it(tmp_path):
 
 
 @pytest.mark.cluster
-def test_local_stop_names_the_running_jobs_it_ends(tmp_path, workdir):
-    """An embedded head of its own (its own RAYJOBS_HOME): a job runs, `local stop` names it."""
+def test_a_local_head_in_words_its_stop_names_running_jobs_and_nothing_is_left(tmp_path, workdir):
+    """An embedded head of its own (its own RAYJOBS_HOME; the commands' TMPDIR a dir of the test's):
+    `local start` says what it does, `local status` says in words what runs (the record with --json),
+    `local stop` names the job it ends; then neither the head nor the commands left a file in TMPDIR
+    (Ray's dashboard leaves its pymp-* dir on every stop: the head's own TMPDIR is removed), and the
+    head's own temp dir is gone."""
     import shutil
     import tempfile
 
     short = tempfile.mkdtemp(prefix="rjl", dir="/tmp")  # Ray's socket paths are limited to 107 bytes
-    home = {"RAYJOBS_HOME": short}
+    tmp = Path(tempfile.mkdtemp(prefix="rjx", dir="/tmp"))
+    home = {"RAYJOBS_HOME": short, "TMPDIR": str(tmp)}
     try:
         r = rayjobs_cli("local", "start", env=home, timeout=180)
-        assert r.returncode == 0, r.stderr
+        assert r.returncode == 0 and r.stdout.startswith("http://127.0.0.1:"), r.stderr
+        assert "starting the embedded local Ray head" in r.stderr and "no cluster configured" not in r.stderr
+        again = rayjobs_cli("local", "start", env=home)
+        assert again.stdout == r.stdout and "already running" in again.stderr, again.stderr
         r = rayjobs_submit("+exp=fake_ppo", "+fake.steps=400", "+fake.step_s=0.5", cwd=workdir, env=home)
         assert r.returncode == 0, r.stderr
         sid = r.stdout.strip()
         from conftest import wait_until
 
         wait_until(lambda: sid in rayjobs_cli("list", "--status", "RUNNING", env=home).stdout, 120, f"{sid} to run")
+        words = rayjobs_cli("local", "status", env=home)
+        lines = words.stdout.splitlines()
+        assert words.returncode == 0 and len(lines) <= 5, words.stdout
+        assert lines[0].startswith(f"the embedded local Ray head is running at {again.stdout.strip()}"), lines
+        assert "jobs: 1 running, 0 waiting" in lines[1] and "preflight helper" in lines[2], lines
+        rec = json.loads(rayjobs_cli("local", "status", "--json", env=home).stdout)
+        assert rec["pids"] and rec["dashboard"] == again.stdout.strip()
         stop = rayjobs_cli("local", "stop", env=home, timeout=120)
         assert stop.returncode == 0, stop.stderr
         warned = [line for line in stop.stderr.splitlines() if "warning: stopping the embedded head ends" in line]
         assert warned and sid in warned[0] and "resumes from its last checkpoint" in warned[0], stop.stderr
+        assert sorted(os.listdir(tmp)) == [] and not (Path(short) / "local" / "tmp").exists()
     finally:
         rayjobs_cli("local", "stop", env=home, timeout=120)
         shutil.rmtree(short, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_local_status_in_words():
+    from rayjobs.cli.local import duration, status_words
+
+    rec = {"dashboard": "http://127.0.0.1:8265", "api": "http://127.0.0.1:8263", "temp_dir": "/h/local/ray",
+           "session_dir": "/h/local/ray/session_x", "pids": list(range(21))}
+    lines = status_words(rec, {"admitted": 2, "waiting": 5}, "the warm preflight helper is not running", 7380)
+    assert lines == [
+        "the embedded local Ray head is running at http://127.0.0.1:8265 (Ray dashboard and Jobs API), up 2 h 3 min",
+        "jobs: 2 running, 5 waiting (`rayjobs list`); the queue's API: http://127.0.0.1:8263",
+        "the warm preflight helper is not running",
+        "logs: /h/local/ray/session_x/logs; the whole record (ports, PIDs): rayjobs local status --json"]
+    lines = status_words(rec, None, "the warm preflight helper is not running", None)
+    assert lines[0].endswith("(Ray dashboard and Jobs API)") and lines[1].startswith("jobs: unknown: the queue at")
+    assert [duration(s) for s in (5, 125, 3 * 86400 + 7200)] == ["5 s", "2 min", "3 d 2 h"]
 
 
 def test_a_data_jobs_dataset_shows_in_the_overrides_column():
@@ -209,3 +242,75 @@ def test_cli_json_rows_are_one_compact_object_a_line():
     assert json.loads(text) == [{"id": "a", "score": 0.5, "at": str(time)}, rows[1]]
     assert text.splitlines()[1:-1] == [json.dumps(json.loads(text)[0]) + ",", json.dumps(rows[1])]
     assert json_rows([]) == "[]"
+
+
+# --------------------------------------------------------------------------- issue 45: one-line usage errors
+def _commands(group=None, path=()):
+    """Every ``rayjobs`` command (subgroups' too): (its words, the click command)."""
+    import click
+
+    from rayjobs.cli import main
+
+    group = group or main
+    for name, cmd in group.commands.items():
+        yield (*path, name), cmd
+        if isinstance(cmd, click.Group):
+            yield from _commands(cmd, (*path, name))
+
+
+def test_every_commands_usage_errors_are_one_line():
+    """An unknown option, a missing argument, an unknown command: one line, what and where the help is, exit 2."""
+    from click.testing import CliRunner
+
+    from rayjobs.cli import main
+
+    try:
+        runner = CliRunner(mix_stderr=False)  # click < 8.2; later ones keep stderr apart anyway
+    except TypeError:
+        runner = CliRunner()
+    checked = 0
+    for words, cmd in _commands():
+        path = " ".join(("rayjobs", *words))
+        if cmd.context_settings.get("ignore_unknown_options"):
+            assert words == ("up",)  # `rayjobs up --infra=k8s`: its KEY=VALUE parser says a bad one in one line
+            continue
+        r = runner.invoke(main, [*words, "--no-such-option"], prog_name="rayjobs")
+        assert r.exit_code == 2 and r.stderr.splitlines() == [
+            f"error: {path}: no such option --no-such-option; see {path} --help"], (path, r.stderr)
+        required = [p.human_readable_name for p in cmd.params if p.required and p.param_type_name == "argument"]
+        if required:
+            r = runner.invoke(main, list(words), prog_name="rayjobs")
+            assert r.exit_code == 2 and r.stderr.splitlines() == [
+                f"error: {path}: missing {required[0]}; see {path} --help"], (path, r.stderr)
+            checked += 1
+    assert checked >= 5  # status, logs, tail, resume, rerun ...
+    r = runner.invoke(main, ["stop", "--sweep"], prog_name="rayjobs")
+    assert r.stderr.splitlines() == ["error: rayjobs stop: option '--sweep' requires an argument; see rayjobs stop --help"]
+    r = runner.invoke(main, ["lst"], prog_name="rayjobs")
+    assert r.exit_code == 2 and len(r.stderr.splitlines()) == 1 and "no such command 'lst'" in r.stderr
+
+
+def test_a_missing_job_id_is_one_line_and_help_stays():
+    r = rayjobs_cli("status")
+    assert r.returncode == 2 and r.stderr.splitlines() == [
+        "error: python -m rayjobs.cli status: missing JOB_ID; see python -m rayjobs.cli status --help"], r.stderr
+    r = rayjobs_cli("status", "--help")
+    assert r.returncode == 0 and r.stdout.startswith("Usage: python -m rayjobs.cli status [OPTIONS] JOB_ID")
+
+
+def test_config_says_the_default_image_is_a_base_the_pinned_stack_goes_over(tmp_path):
+    """bootstrap/cluster.yaml's image is verl 0.5 / torch 2.7: its line says, in the same line, that the
+    nodes' setup installs the pinned stack over it (the pins of pyproject's cluster extra)."""
+    from test_image import _pyproject, _requirement_pins
+
+    pins = _requirement_pins(_pyproject()["project"]["optional-dependencies"]["cluster"])
+    r = rayjobs_cli("config", cwd=tmp_path, env={"RAYJOBS_HOME": str(tmp_path / "home")})
+    (line,) = [x for x in r.stdout.splitlines() if x.startswith("cluster.image")]
+    assert "base-verl0.5" in line and "(bootstrap/cluster.yaml; a base image: the nodes' setup installs the pinned " \
+        f"verl {pins['verl']} + vLLM {pins['vllm']} (torch {pins['torch']}) over it" in line, line
+    doc = json.loads(rayjobs_cli("config", "--json", cwd=tmp_path, env={"RAYJOBS_HOME": str(tmp_path / "home")}).stdout)
+    assert doc["cluster.image"]["note"].startswith("a base image") and doc["cluster.image"]["value"] in line
+    r = rayjobs_cli("config", cwd=tmp_path, env={"RAYJOBS_HOME": str(tmp_path / "home"),
+                                                 "RAYJOBS_CLUSTER_IMAGE": "ghcr.io/team/rayjobs-cluster:0123abcd4567"})
+    (line,) = [x for x in r.stdout.splitlines() if x.startswith("cluster.image")]
+    assert line.endswith("(env RAYJOBS_CLUSTER_IMAGE)"), line  # an image of one's own: no note

@@ -23,6 +23,11 @@ def config_cmd(as_json: bool) -> None:
     from rayjobs import api
 
     eff = run_cli(api.effective_settings)
+    if eff.get("cluster.image", {}).get("source") == "bootstrap/cluster.yaml":
+        from rayjobs.provision import skypilot
+
+        # its verl and torch are older than the pins: say in the same line that setup installs them over it
+        eff["cluster.image"]["note"] = skypilot.base_image_note()
     for note in run_cli(api.settings_notes):
         click.echo(f"rayjobs: {note}", err=True)
     if as_json:
@@ -30,7 +35,8 @@ def config_cmd(as_json: bool) -> None:
         return
     width = max(len(k) for k in eff)
     for key, row in eff.items():
-        click.echo(f"{key:<{width}} = {_shown(key, row['value'])}  ({row['source']})")
+        note = f"; {row['note']}" if row.get("note") else ""
+        click.echo(f"{key:<{width}} = {_shown(key, row['value'])}  ({row['source']}{note})")
 
 
 def _shown(key: str, value: Any) -> str:

@@ -11,6 +11,7 @@ files' permission bits), so the same files give the same key on any machine.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import os
 import stat
@@ -133,6 +134,10 @@ def forget() -> None:
         for _, _, archive in _MEMO.values():
             archive.unlink(missing_ok=True)
         _MEMO.clear()
+
+
+# A submit refused after its code was packed (preflight, the queue) never sends it: exit drops it.
+atexit.register(forget)
 
 
 def size(root: str, excludes: list[str]) -> int:

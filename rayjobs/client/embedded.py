@@ -101,6 +101,12 @@ def elsewhere(rec: dict[str, Any]) -> Optional[int]:
     return None
 
 
+def tmp_dir() -> Path:
+    """The head's processes' ``TMPDIR``, removed when the head stops: Ray's dashboard leaves its
+    multiprocessing dir (``pymp-*``) behind on every stop (it ``os._exit``s on SIGTERM)."""
+    return state_dir() / "tmp"
+
+
 def _alive(url: str, timeout: float = 1.0) -> bool:
     """True if a dashboard answers at ``url`` (a 401 from token auth still means alive)."""
     return Dashboard(settings.Target(url, "embedded"), timeout=timeout).alive()
@@ -214,6 +220,7 @@ def _head_env() -> dict[str, str]:
     # Entrypoints run with the PATH of `ray start`: make this interpreter's python3 the first one.
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     env.pop("RAY_ADDRESS", None)
+    env["TMPDIR"] = str(tmp_dir())
     # The queue on this head keeps its backlog under the storage root: the settings' one (a settings
     # file's too, not only RAYJOBS_STORAGE), so jobs and queue share one root. Not the remembered
     # cluster's: that is a remote cluster's path.
@@ -273,6 +280,8 @@ def start(num_gpus: Optional[int] = None, quiet: bool = False, timeout: Optional
     # names the port we pick and *any* gcs_server on the machine uses that port (it greps ps, so a
     # Ray in another network namespace counts): stale once the earlier head is stopped.
     (temp / "ray_current_cluster").unlink(missing_ok=True)
+    shutil.rmtree(tmp_dir(), ignore_errors=True)  # a crashed head's
+    tmp_dir().mkdir()
     names = ("gcs", "dashboard", "dashboard_agent", "client_server", "api")
     ports = dict(zip(names, _pick_ports([6379, 8265, 0, 0, DEFAULT_API_PORT])))
     env = _head_env()
@@ -437,4 +446,5 @@ def stop(timeout: float = 20.0) -> bool:
                            f"{timeout:.0f} s after SIGTERM and SIGKILL; check them with `ps -o pid,stat,args -p "
                            f"{','.join(map(str, survivors))}`, then run `rayjobs local stop` again")
     record_file().unlink(missing_ok=True)
+    shutil.rmtree(tmp_dir(), ignore_errors=True)
     return True

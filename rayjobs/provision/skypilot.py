@@ -100,6 +100,36 @@ def task_defaults() -> dict[str, Any]:
             "cluster.bucket": envs.get("RAYJOBS_BUCKET", "")}
 
 
+def base_image_note() -> str:
+    """What ``rayjobs config`` says beside ``bootstrap/cluster.yaml``'s image: it is only a base (an
+    older verl and torch), over which the nodes' setup installs the pinned stack (its
+    ``VERL_VERSION``/``VLLM_VERSION``, the torch of the ``cluster`` extra); ``""`` without the file."""
+    try:
+        envs = task_config({}).get("envs") or {}
+    except (OSError, ValueError, KeyError):
+        return ""
+    torch = _cluster_pin("torch")
+    return (f"a base image: the nodes' setup installs the pinned verl {envs.get('VERL_VERSION', '?')} + vLLM "
+            f"{envs.get('VLLM_VERSION', '?')}{f' (torch {torch})' if torch else ''} over it; one with it all "
+            f"inside: scripts/build_image.sh")
+
+
+def _cluster_pin(name: str) -> str:
+    """The version the ``cluster`` extra pins for ``name`` (``==``), from rayjobs' installed metadata."""
+    import re
+    from importlib.metadata import PackageNotFoundError, requires
+
+    try:
+        reqs = requires("rayjobs") or []
+    except PackageNotFoundError:
+        return ""
+    for r in reqs:
+        m = re.match(rf"{re.escape(name)}(\[[^]]*\])?==([^;\s]+)\s*;.*extra == .cluster.", r)
+        if m:
+            return m.group(2)
+    return ""
+
+
 def parse_params(pairs: list[str]) -> dict[str, str]:
     """``["infra=aws", "num_nodes=4"]`` -> dict; unknown keys name the closest valid ones."""
     out: dict[str, str] = {}

@@ -246,11 +246,12 @@ def finish(cfg: Any, overrides: Sequence[str]) -> Composed:
 def apply_settings(cfg: Any, overrides: Sequence[str]) -> dict[str, Any]:
     """The settings' W&B keys, written into a composed config (open for writing) once, here.
 
-    ``wandb.project`` becomes ``trainer.project_name`` and ``wandb.entity`` the job's non-secret
-    ``WANDB_ENTITY`` (``rayjobs.env``), unless the command line sets them: the command line wins,
-    then the settings, then the preset's own value (a preset's project name is the seed recipe's,
-    not the team's). ``trainer.project_name`` also names the run's checkpoint and metrics dirs
-    (``<storage>/checkpoints/<project>/<run>``), so the settings' project decides those too.
+    ``wandb.project`` becomes ``trainer.project_name``, ``wandb.entity`` and ``wandb.mode`` the job's
+    non-secret ``WANDB_ENTITY`` and ``WANDB_MODE`` (``rayjobs.env``), unless the command line sets
+    them: the command line wins, then the settings, then the preset's own value (a preset's project
+    name is the seed recipe's, not the team's). ``trainer.project_name`` also names the run's
+    checkpoint and metrics dirs (``<storage>/checkpoints/<project>/<run>``), so the settings' project
+    decides those too.
 
     Returns:
         The verl keys set here (they go on verl's command line as a preset's keys do).
@@ -263,6 +264,8 @@ def apply_settings(cfg: Any, overrides: Sequence[str]) -> dict[str, Any]:
         verl_keys["trainer.project_name"] = s.wandb.project
     if s.wandb.entity and "rayjobs.env.WANDB_ENTITY" not in typed:
         cfg.rayjobs.env["WANDB_ENTITY"] = s.wandb.entity
+    if s.wandb.mode and "rayjobs.env.WANDB_MODE" not in typed:
+        cfg.rayjobs.env["WANDB_MODE"] = s.wandb.mode
     return verl_keys
 
 
