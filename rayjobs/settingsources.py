@@ -45,6 +45,8 @@ ENV_PREFIX = "RAYJOBS_"
 DEFAULT = "default"
 REMEMBERED = "remembered cluster"
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: ``cluster.door``: the head's door on its loopback only, or also over TLS on its network address.
+DOORS = ("loopback", "network")
 
 
 # --------------------------------------------------------------------------- the schema
@@ -64,6 +66,8 @@ class ClusterSettings:
     idle_minutes: int = _key(30, "minutes without a running or queued Ray job before autostop")
     bucket: str = _key("", "bucket mounted at the storage root on the nodes (empty: bootstrap/cluster.yaml's)")
     volume: str = _key("", "a SkyPilot volume (k8s PVC) mounted at the storage root instead of a bucket")
+    door: str = _key("loopback", "where the head's door (the queue API) listens: loopback (the owner's tunnel) or "
+                                 "network (also TLS on the head's address, for teammates' tokens)")
 
 
 @dataclass(frozen=True)
@@ -175,6 +179,8 @@ def _checked_str(key: str, value: str, at: str) -> str:
                               f"because jobs run in a temporary dir")
     if key == "cluster.name" and (not value or any(c.isspace() or c == "/" for c in value)):
         raise ConfigError(f"{at} = {value!r} is not a cluster name (no spaces or /)")
+    if key == "cluster.door" and value not in DOORS:
+        raise ConfigError(f"{at} = {value!r}: one of {', '.join(DOORS)}")
     return value
 
 

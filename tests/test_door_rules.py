@@ -234,3 +234,42 @@ def test_fingerprints_are_normalised_and_bad_ones_refused() -> None:
         with pytest.raises(ValueError) as e:
             pin.normalise(bad)
         assert "\n" not in str(e.value)
+
+
+# --------------------------------------------------------------------------- the door on the network: the setting
+def test_the_door_setting_reaches_the_heads_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`cluster.door: network` / `rayjobs up door=network` -> RAYJOBS_DOOR in the task -> the node
+    script sets RAYJOBS_DOOR_ADDRESS=<head ip>:8443 on the head only (the host reads it)."""
+    import importlib.util
+
+    from rayjobs.door.host import door_address
+    from rayjobs.errors import ConfigError
+    from rayjobs.provision import skypilot
+    from rayjobs.settingsources import check_value
+
+    assert check_value("cluster.door", "network", "x") == "network"
+    with pytest.raises(ConfigError):
+        check_value("cluster.door", "public", "x")
+    assert skypilot.task_config({"door": "network"})["envs"]["RAYJOBS_DOOR"] == "network"
+    with pytest.raises(ConfigError):
+        skypilot.task_config({"door": "wide-open"})
+    spec = importlib.util.spec_from_file_location("ray_node_door", Path(__file__).parent.parent / "bootstrap" / "ray_node.py")
+    node = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(node)
+    monkeypatch.setattr(node, "node_cache", lambda: None)
+    monkeypatch.setattr(node, "_forwarded", lambda: [], raising=False)
+    base = {"SKYPILOT_NODE_IPS": "10.0.0.1\n10.0.0.2", "SKYPILOT_NUM_NODES": "2", "RAYJOBS_DOOR": "network",
+            "RAYJOBS_NODE_DIR": str(tmp_path / "node"), "RAY_AUTH_TOKEN": "t"}
+    saved = dict(os.environ)  # prepare_env sets the Ray processes' environment: this process's
+    try:
+        for rank, door, want in (("0", "network", "10.0.0.1:8443"), ("1", "network", None), ("0", "loopback", None)):
+            os.environ.update(RAYJOBS_DOOR_ADDRESS="stale", RAY_AUTH_TOKEN="t")
+            node.prepare_env(node.Config(dict(base, SKYPILOT_NODE_RANK=rank, RAYJOBS_DOOR=door)))
+            assert os.environ.get("RAYJOBS_DOOR_ADDRESS") == want
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    assert door_address("10.0.0.1:8443") == ("10.0.0.1", 8443) and door_address("10.0.0.1") == ("10.0.0.1", 8443)
+    assert door_address("[fd00::1]:9000") == ("fd00::1", 9000)
+    with pytest.raises(ValueError):
+        door_address("10.0.0.1:http")

@@ -9,6 +9,6 @@
 * :mod:`~rayjobs.door.app` and :mod:`~rayjobs.door.routes` -- the FastAPI app, routes by noun;
 * :mod:`~rayjobs.door.host` -- the Ray actor that runs the queue's loop and serves the app.
 
-Imports go one way: door -> oncluster, contract, shared, errors. Nothing of rayjobs imports door
-but :mod:`rayjobs.oncluster.queueactor` (an alias of the host) and the node script.
+Imports go one way: door -> oncluster, contract, shared, errors. Nothing of rayjobs imports door;
+the node script and the laptop's starters run ``python3 -m rayjobs.door.host start``.
 """
