@@ -756,11 +756,23 @@ def revive_queue(cfg: Config) -> None:
     try:
         r = subprocess.run([sys.executable, "-m", "rayjobs.door.host", "start"], env=env,
                            capture_output=True, text=True, timeout=180)
-        log("the queue is up (its API on the head's 127.0.0.1; its backlog reloaded)" if r.returncode == 0 else
+        log(f"the queue is up (its API on the head's 127.0.0.1{_door_said(r.stdout)}; its backlog reloaded)"
+            if r.returncode == 0 else
             f"warning: could not start the queue ({(r.stderr.strip().splitlines() or ['?'])[-1]}); "
             f"the next rayjobs command starts it")
     except (OSError, subprocess.TimeoutExpired) as e:
         log(f"warning: could not start the queue ({e.__class__.__name__}); the next rayjobs command starts it")
+
+
+def _door_said(out: str) -> str:
+    """``, and over TLS at URL (certificate sha256:...)`` from the starter's answer, or ""."""
+    try:
+        got = json.loads((out or "").strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return ""
+    if not isinstance(got, dict) or not got.get("url"):
+        return ""
+    return f", and for teammates over TLS at {got['url']} (certificate {got.get('fingerprint')})"
 
 
 def _version(dist: str) -> Optional[str]:

@@ -255,6 +255,15 @@ def test_foreign_ray_jobs_join_the_list_on_request(door: Door) -> None:
     assert set(ids["raysubmit_x"]) == set(wire.JobView.__dataclass_fields__)
 
 
+def test_a_foreign_job_is_stopped_by_an_admin_only(door: Door) -> None:
+    door.jobs.ray["raysubmit_y"] = {"status": "RUNNING", "metadata": {}, "driver_node_id": "n0"}
+    assert "only an admin" in refused(door.as_["alice"].post("/v1/jobs/raysubmit_y/stop"))
+    assert ("stop", "raysubmit_y") not in door.jobs.calls
+    r = door.http.post("/v1/jobs/raysubmit_y/stop")
+    assert r.status_code == 200 and r.json()["outcome"] == "stopping" and ("stop", "raysubmit_y") in door.jobs.calls
+    refused(door.http.post("/v1/jobs/nowhere/stop"), 404)
+
+
 # --------------------------------------------------------------------------- declared answers
 def test_the_new_routes_answer_as_the_openapi_document_says(door: Door) -> None:
     import jsonschema

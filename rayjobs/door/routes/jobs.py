@@ -142,12 +142,33 @@ async def stop_one(request: Request, job_id: str, mode: str = Query(default="now
     rj = ctx(request)
     may_control(request, "stop", [job_id])
     view = jobviews.job_view(rj.svc, job_id)
+    if view is None and job_id not in rj.svc.store.unreadable:
+        return await stop_foreign(request, job_id)
     if view is not None and view["state"] == "done":
         raise HTTPException(409, f"{job_id} has ended ({view['status']}): nothing to stop")
     [out] = rj.reqs.stop([job_id], mode, timeout_s)
     rj.kick()
     request.state.audit_result = f"{out.outcome}: {out.message}"
     return answer(wire.to_json(out))
+
+
+async def stop_foreign(request: Request, job_id: str) -> Response:
+    """Stop a Ray job the queue does not know (a plain ``ray job submit``): it records no owner, so
+    only an admin may; 404 when Ray does not know it either."""
+    rj, ident = ctx(request), who(request)
+    info = await rj.in_io(rj.svc.jobs.details, job_id)
+    if not info or info.get("status") in (None, "LOST"):
+        raise HTTPException(404, f"no job {job_id!r} in the queue or in Ray; `rayjobs list` shows the ids")
+    refusal = refuse_control(ident.name, ident.role, "stop", job_id, "")
+    if refusal:
+        raise RequestError(403, refusal)
+    status = str(info.get("status") or "").split(".")[-1]
+    if status in ("SUCCEEDED", "FAILED", "STOPPED"):
+        raise HTTPException(409, f"{job_id} has ended ({status}): nothing to stop")
+    await rj.in_io(rj.svc.jobs.stop, job_id)
+    request.state.audit_result = "asked Ray to stop it (a job the queue does not know)"
+    return answer(wire.to_json(wire.StopOutcome(job_id, "stopping", status, "asked Ray to stop it (SIGTERM, then "
+                                                                            "the head's grace period)")))
 
 
 @router.post("/jobs/{job_id}/resume", response_model=wire.JobView, status_code=201,
