@@ -204,8 +204,22 @@ def test_who_may_do_what_on_a_real_head(door, tmp_path) -> None:
     assert ("val", "code", 403) in seen and ("amy", "queue", 403) in seen and ("olga", "stop", 200) in seen
 
 
-def test_users_audit_and_certificate_survive_a_sigkill_of_the_whole_head(door, team) -> None:
+def test_a_plain_ray_job_is_listed_and_its_log_read_through_the_door(door) -> None:
+    sid = door.client().submit_job(entrypoint="python3 -c \"print('plain ray job')\"")
+    wait_until(lambda: str(door.client().get_job_status(sid)).endswith("SUCCEEDED"), 60, "the plain job to end")
+    listed = requests.get(local(door) + "/jobs", params={"foreign": "true"}, timeout=30).json()["jobs"]
+    mine = [v for v in listed if v["submission_id"] == sid]
+    assert len(mine) == 1 and mine[0]["foreign"] and mine[0]["state"] == "" and mine[0]["status"] == "SUCCEEDED"
+    assert sid not in [v["submission_id"] for v in requests.get(local(door) + "/jobs", timeout=30).json()["jobs"]]
+    log = requests.get(f"{local(door)}/jobs/{sid}/log", timeout=30)
+    assert log.status_code == 200 and "plain ray job" in log.text and log.headers[wire.LOG_HEADER] == "whole"
+
+
+def test_users_audit_and_certificate_survive_a_sigkill_of_the_whole_head(door, team, tmp_path) -> None:
     carol, dave = add_user(door, "carol"), add_user(door, "dave", "viewer")
+    key, zip_path = code_zip(tmp_path)
+    assert queue(door, carol["token"], key, zip_path, submit("carol-done", 5)).status_code == 201
+    wait_until(lambda: status(door, "carol-done") == "SUCCEEDED", 90, "carol's job to end")
     assert requests.post(local(door) + "/users/dave/revoke", timeout=30).status_code == 200
     before = wait_until(lambda: (a := audit(door)) and any(e["target"] == ["dave"] and e["action"] == "users.revoke"
                                                            for e in a) and a, 30, "the revoke in the audit")
@@ -219,3 +233,5 @@ def test_users_audit_and_certificate_survive_a_sigkill_of_the_whole_head(door, t
     assert after[:len(before)] == before
     users = {u["name"]: u for u in requests.get(local(door) + "/users", timeout=30).json()["users"]}
     assert users["dave"]["revoked_at"] and not users["carol"]["revoked_at"]
+    log = team.call(carol, "GET", "/jobs/carol-done/log")  # its Ray session is gone; its file is on the head's disk
+    assert log["status"] == 200 and "line 4\n" in log["text"], log
