@@ -67,7 +67,8 @@ def locate(svc: Any, dash: Any, job_id: str) -> Optional[Found]:
     if path is not None:
         return Found("whole", path=path)
     rec = svc.records.get(job_id)
-    details = svc.jobs.details(job_id) if rec is None or not rec.pruned else None
+    asks_ray = rec is None or not (rec.pruned or rec.state == State.WAITING)  # (a waiting job: not in Ray yet)
+    details = svc.jobs.details(job_id) if asks_ray else None
     if rec is None and (not details or details.get("status") in ("LOST", None)):
         return None
     node = (details or {}).get("driver_node_id") or ((rec.log or {}).get("node_id") if rec is not None else None)
