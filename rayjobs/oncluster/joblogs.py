@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, AsyncIterator, Iterator, Optional
 
-from rayjobs.contract.status import State
-from rayjobs.shared import TERMINAL
+from rayjobs.contract.status import TERMINAL, State
+from rayjobs.oncluster.headapi import LOST
 
 CHUNK = 1 << 16
 #: The most a followed log sends per read (a burst of output is sent in pieces).
@@ -69,7 +69,7 @@ def locate(svc: Any, dash: Any, job_id: str) -> Optional[Found]:
     rec = svc.records.get(job_id)
     asks_ray = rec is None or not (rec.pruned or rec.state == State.WAITING)  # (a waiting job: not in Ray yet)
     details = svc.jobs.details(job_id) if asks_ray else None
-    if rec is None and (not details or details.get("status") in ("LOST", None)):
+    if rec is None and (not details or details.get("status") in (LOST, None)):
         return None
     node = (details or {}).get("driver_node_id") or ((rec.log or {}).get("node_id") if rec is not None else None)
     if node and dash is not None and _readable(dash, node, job_id):
@@ -173,7 +173,7 @@ async def follow(svc: Any, dash: Any, io: Any, job_id: str, offset: int, *, max_
                 last_ask = time.monotonic()
                 info = await loop.run_in_executor(io, svc.jobs.details, job_id) or {}
                 node = node or (info.get("driver_node_id") if dash is not None and path is None else None)
-                over = job_id not in svc.records and str(info.get("status") or "") in (*TERMINAL, "LOST")
+                over = job_id not in svc.records and str(info.get("status") or "") in (*TERMINAL, LOST)
         over = over or ended(svc, job_id)
         if not over:
             await asyncio.sleep(poll_s if path is not None else 1.0)

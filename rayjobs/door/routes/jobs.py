@@ -16,11 +16,13 @@ from fastapi.responses import Response
 
 from rayjobs.contract import wire
 from rayjobs.contract.meta import JobMeta
+from rayjobs.contract.status import TERMINAL
 from rayjobs.contract.wire import PREFIX
 from rayjobs.door.context import Context, answer, ctx
 from rayjobs.door.identity import who
 from rayjobs.door.permissions import refuse_control, refuse_queue
 from rayjobs.oncluster import jobviews
+from rayjobs.oncluster.headapi import LOST
 from rayjobs.oncluster.queuerequests import RequestError
 from rayjobs.shared import ROLE_KEY
 
@@ -157,13 +159,13 @@ async def stop_foreign(request: Request, job_id: str) -> Response:
     only an admin may; 404 when Ray does not know it either."""
     rj, ident = ctx(request), who(request)
     info = await rj.in_io(rj.svc.jobs.details, job_id)
-    if not info or info.get("status") in (None, "LOST"):
+    if not info or info.get("status") in (None, LOST):
         raise HTTPException(404, f"no job {job_id!r} in the queue or in Ray; `rayjobs list` shows the ids")
     refusal = refuse_control(ident.name, ident.role, "stop", job_id, "")
     if refusal:
         raise RequestError(403, refusal)
     status = str(info.get("status") or "").split(".")[-1]
-    if status in ("SUCCEEDED", "FAILED", "STOPPED"):
+    if status in TERMINAL:
         raise HTTPException(409, f"{job_id} has ended ({status}): nothing to stop")
     await rj.in_io(rj.svc.jobs.stop, job_id)
     request.state.audit_result = "asked Ray to stop it (a job the queue does not know)"
