@@ -40,7 +40,8 @@ RAYJOBS_STORAGE (the shared root, recorded and passed to jobs), RAYJOBS_QUEUE_NA
 there; default: the SkyPilot cluster's name from SKYPILOT_CLUSTER_INFO), RAYJOBS_SECRETS (the secret names
 `rayjobs up` forwarded, comma-separated), RAYJOBS_RAY_TEMP_DIR (several nodes on one host only),
 RAYJOBS_METRICS_EXPORT_PORT (8090: each node's Ray metrics; 0 = Ray picks),
-RAYJOBS_METRICS_PORT (8264: the head's loopback metrics gateway; 0 = none), RAYJOBS_COMMIT (the
+RAYJOBS_METRICS_PORT (8264: the head's loopback metrics gateway; 0 = none), RAYJOBS_DOOR (loopback;
+network: the head's door also over TLS on its address, port RAYJOBS_DOOR_PORT 8443), RAYJOBS_COMMIT (the
 rayjobs commit, shown per node), RAYJOBS_NUM_CPUS (the CPUs Ray offers; default: all). Exit 0 = this node is in the cluster
 (and, on rank 0, the cluster is complete); 1 = it is not (one line on stderr says why).
 """
@@ -117,6 +118,12 @@ class Config:
         # The head's metrics gateway (rayjobs.oncluster.metricsgateway): every node's metrics in
         # one scrape, on the head's loopback only; `rayjobs connect` tunnels it. 0: none.
         self.metrics_port = int(env.get("RAYJOBS_METRICS_PORT", 8264))
+        # The door (the queue API): on the head's loopback only, or ALSO over TLS on this node's
+        # address for teammates (`rayjobs up door=network`); Ray's own ports stay as they are.
+        self.door = (env.get("RAYJOBS_DOOR") or "loopback").strip().lower()
+        if self.door not in ("loopback", "network"):
+            fail(f"RAYJOBS_DOOR={self.door!r}: loopback or network")
+        self.door_port = int(env.get("RAYJOBS_DOOR_PORT", 8443))
         mods = env.get("RAYJOBS_DASHBOARD_MODULES", "JobHead,NodeHead,StateHead,ReportHead,EventHead,MetricsHead")
         self.dashboard_modules = None if mods.strip().lower() in ("", "all") else mods
         self.gcs = f"{self.head_ip}:{self.port}"
@@ -197,6 +204,9 @@ def prepare_env(cfg: Config) -> None:
         os.environ["RAYJOBS_DASHBOARD"] = f"http://127.0.0.1:{cfg.dashboard_port}"
         os.environ["RAYJOBS_QUEUE_NAME"] = queue_name(cfg, dict(os.environ))
         log(f"the queue's store: {cfg.storage or '<storage>'}/queue/{os.environ['RAYJOBS_QUEUE_NAME']}")
+    os.environ.pop("RAYJOBS_DOOR_ADDRESS", None)
+    if cfg.head and cfg.door == "network":  # the queue's door, TLS on this address (rayjobs.door.host)
+        os.environ["RAYJOBS_DOOR_ADDRESS"] = f"{cfg.ip}:{cfg.door_port}"
     node_cache()
     # Entrypoints run with the PATH of `ray start`: this interpreter's python3 comes first.
     os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
@@ -755,18 +765,30 @@ def revive_queue(cfg: Config) -> None:
     """After the head's Ray (re)started: start rayjobs' queue at once -- its API answers then, and its
     backlog runs on without waiting for the next rayjobs command (non-fatal, bounded)."""
     try:
-        import rayjobs.oncluster.queueactor  # noqa: F401
+        import rayjobs.door.host  # noqa: F401
     except ImportError:
         return
     env = dict(os.environ, RAY_ADDRESS=cfg.gcs)
     try:
-        r = subprocess.run([sys.executable, "-m", "rayjobs.oncluster.queueactor", "start"], env=env,
+        r = subprocess.run([sys.executable, "-m", "rayjobs.door.host", "start"], env=env,
                            capture_output=True, text=True, timeout=180)
-        log("the queue is up (its API on the head's 127.0.0.1; its backlog reloaded)" if r.returncode == 0 else
+        log(f"the queue is up (its API on the head's 127.0.0.1{_door_said(r.stdout)}; its backlog reloaded)"
+            if r.returncode == 0 else
             f"warning: could not start the queue ({(r.stderr.strip().splitlines() or ['?'])[-1]}); "
             f"the next rayjobs command starts it")
     except (OSError, subprocess.TimeoutExpired) as e:
         log(f"warning: could not start the queue ({e.__class__.__name__}); the next rayjobs command starts it")
+
+
+def _door_said(out: str) -> str:
+    """``, and over TLS at URL (certificate sha256:...)`` from the starter's answer, or ""."""
+    try:
+        got = json.loads((out or "").strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return ""
+    if not isinstance(got, dict) or not got.get("url"):
+        return ""
+    return f", and for teammates over TLS at {got['url']} (certificate {got.get('fingerprint')})"
 
 
 def _version(dist: str) -> Optional[str]:

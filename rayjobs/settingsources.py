@@ -47,6 +47,8 @@ REMEMBERED = "remembered cluster"
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: ``wandb.mode``'s values: W&B's own ``WANDB_MODE`` values.
 WANDB_MODES = ("online", "offline", "disabled", "shared", "dryrun")
+#: ``cluster.door``: the head's door on its loopback only, or also over TLS on its network address.
+DOORS = ("loopback", "network")
 
 
 # --------------------------------------------------------------------------- the schema
@@ -66,6 +68,8 @@ class ClusterSettings:
     idle_minutes: int = _key(30, "minutes without a running or queued Ray job before autostop")
     bucket: str = _key("", "bucket mounted at the storage root on the nodes (empty: bootstrap/cluster.yaml's)")
     volume: str = _key("", "a SkyPilot volume (k8s PVC) mounted at the storage root instead of a bucket")
+    door: str = _key("loopback", "where the head's door (the queue API) listens: loopback (the owner's tunnel) or "
+                                 "network (also TLS on the head's address, for teammates' tokens)")
 
 
 @dataclass(frozen=True)
@@ -182,6 +186,8 @@ def _checked_str(key: str, value: str, at: str) -> str:
     if key == "wandb.mode" and value and value not in WANDB_MODES:
         raise ConfigError(f"{at} = {value!r} is not a W&B mode: one of {', '.join(WANDB_MODES)}"
                           f"{did_you_mean(value, WANDB_MODES)}")
+    if key == "cluster.door" and value not in DOORS:
+        raise ConfigError(f"{at} = {value!r}: one of {', '.join(DOORS)}")
     return value
 
 

@@ -168,8 +168,8 @@ class FakeGpuCluster:
         return self
 
     def start_queue(self, timeout: float = 120.0) -> dict[str, Any]:
-        """``python3 -m rayjobs.oncluster.queueactor start`` against this cluster (what the node script runs)."""
-        r = subprocess.run([sys.executable, "-m", "rayjobs.oncluster.queueactor", "start"],
+        """``python3 -m rayjobs.door.host start`` against this cluster (what the node script runs)."""
+        r = subprocess.run([sys.executable, "-m", "rayjobs.door.host", "start"],
                            env=dict(self.env, RAY_ADDRESS=self.gcs), capture_output=True, text=True, timeout=timeout)
         if r.returncode != 0:
             raise RuntimeError(f"the queue did not start: {r.stderr[-2000:]}")

@@ -39,7 +39,7 @@ def test_two_heads_on_one_storage_root_keep_their_queues_apart(fresh_clusters, w
     c = fresh_clusters.get([(1, 4)], env=dict(shared, RAYJOBS_QUEUE_NAME=Path(ha.store).name), fresh=True,
                            start=False)
     c.start(queue=False)
-    r = subprocess.run([sys.executable, "-m", "rayjobs.oncluster.queueactor", "start"], env=dict(c.env, RAY_ADDRESS=c.gcs),
+    r = subprocess.run([sys.executable, "-m", "rayjobs.door.host", "start"], env=dict(c.env, RAY_ADDRESS=c.gcs),
                        capture_output=True, text=True, timeout=180)
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert r.returncode == 2 and len(lines) == 1, (r.returncode, r.stderr[-3000:])

@@ -333,7 +333,7 @@ def start_queue(rec: dict[str, Any], env: dict[str, str], timeout: float) -> Non
     """Start the head's queue and return once its API answers (the head accepts jobs only then)."""
     run_env = dict(env, RAY_ADDRESS=rec["gcs"])
     try:
-        r = subprocess.run([sys.executable, "-m", "rayjobs.oncluster.queueactor", "start"], env=run_env,
+        r = subprocess.run([sys.executable, "-m", "rayjobs.door.host", "start"], env=run_env,
                            capture_output=True, text=True, timeout=timeout + 30)
     except subprocess.TimeoutExpired:
         raise ClusterUnreachable(f"the embedded head's queue did not start within {timeout + 30:.0f} s "

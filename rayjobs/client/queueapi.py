@@ -1,4 +1,4 @@
-"""The laptop's client of the queue's HTTP API on the head (:mod:`rayjobs.oncluster.apiserver`).
+"""The laptop's client of the queue's HTTP API on the head (:mod:`rayjobs.door.app`).
 
 Reached through the cluster's :class:`rayjobs.client.dashboard.Dashboard` (``d.queue``), which it
 reads the head's files with (``d`` below; not imported here: the dashboard imports this module).
@@ -7,7 +7,7 @@ Where the API is: the target's ``api`` URL (a tunnel's local port, the embedded 
 ``$RAYJOBS_API_ADDRESS``), else the head says it: the queue writes its port into this Ray session's
 log dir (:data:`rayjobs.contract.wire.API_FILE`), read through the dashboard's log API, on the
 dashboard's host. A cluster whose queue is not running (its head's Ray was restarted by hand) gets
-it started: one small Ray job of ``python3 -m rayjobs.oncluster.queueactor start``, the only
+it started: one small Ray job of ``python3 -m rayjobs.door.host start``, the only
 request that still goes through Ray's Jobs API. Every call is bounded in time; a refusal is the
 server's one line as a :class:`~rayjobs.errors.RayjobsError` (exit 2).
 """
@@ -195,7 +195,7 @@ def _discovered(d: Any, session: Optional[str] = None) -> Optional[str]:
 def start_queue(d: Any) -> str:
     """Start the cluster's queue (it reloads its backlog from the store): one small Ray job; its id."""
     sid = f"rayjobs-queue-start-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
-    d.submit({"entrypoint": "python3 -m rayjobs.oncluster.queueactor start", "submission_id": sid,
+    d.submit({"entrypoint": "python3 -m rayjobs.door.host start", "submission_id": sid,
               "entrypoint_num_cpus": 0, "metadata": {ROLE_KEY: "queue starter"}})
     return sid
 

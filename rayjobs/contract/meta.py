@@ -22,7 +22,7 @@ _JSON_LISTS = ("overrides", "sweep_overrides", "after", "gpu_groups")
 _FLAGS = ("git_dirty", "preemptible")
 #: Optional keys: absent from Ray's metadata while empty (a job without them has none).
 _OPTIONAL = ("after", "resumed_from", "rerun_of", "code_of", "eval_of", "admitted_at", "waited_s",
-             "admission_note", "lost_runs", "halving")
+             "admission_note", "lost_runs", "halving", "queued_by")
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,7 @@ class JobMeta:
     code_of: str = ""  #: the job whose code snapshot this one runs
     eval_of: str = ""  #: the training job an evaluation evaluates
     halving: str = ""  #: successive halving settings of a sweep point (JSON), empty: none
+    queued_by: str = ""  #: the identity the door let queue it (an admin may queue for another ``user``)
     # set by the queue at admission
     admitted_at: str = ""  #: a log stamp (:func:`rayjobs.shared.stamp`)
     waited_s: str = ""

@@ -48,3 +48,24 @@ def run_history(run_dir: Optional[str], attempts: Optional[Iterable[int]] = None
     keep = None if attempts is None else set(attempts)
     files = [p for a, p in metrics_files(run_dir).items() if keep is None or a in keep]
     return merge_attempts(read_jsonl(p) for p in files)
+
+
+def run_steps(run_dir: Optional[str], attempts: Optional[Iterable[int]] = None) -> list[tuple[int, int, dict[str, float]]]:
+    """A run's merged history as ``(step, attempt, data)`` in step order: :func:`run_history`'s rule
+    (a resumed attempt's steps replace the older ones'), each step tagged with the attempt whose
+    file gave it last."""
+    keep = None if attempts is None else set(attempts)
+    out: dict[int, tuple[int, dict[str, float]]] = {}
+    for attempt, path in metrics_files(run_dir).items():
+        if keep is not None and attempt not in keep:
+            continue
+        first = True
+        for step, data in read_jsonl(path):
+            if first:
+                for s in [s for s in out if s > step]:
+                    del out[s]
+                first = False
+            merged = dict(out[step][1]) if step in out else {}
+            merged.update(data)
+            out[step] = (attempt, merged)
+    return [(s, a, d) for s, (a, d) in sorted(out.items())]

@@ -1,7 +1,8 @@
 """The queue API's requests and answers: what the laptop sends the head and what comes back.
 
-The queue serves them on the head's loopback (``rayjobs.oncluster.apiserver``) under
-:data:`PREFIX`, JSON in and out, the cluster's auth token as a bearer header; its OpenAPI document
+The queue serves them through its door (``rayjobs.door.app``: the head's loopback, and TLS for
+teammates) under :data:`PREFIX`, JSON in and out, a token as a bearer header (the cluster's, or a
+user's); its OpenAPI document
 (``GET /v1/openapi.json``) is generated from these classes. Plain dataclasses (the standard library
 only): the server validates a body into them (an unknown field or a wrong type is a 422 naming
 it: ``__pydantic_config__`` forbids extra fields), the laptop's client builds them and reads the
@@ -25,6 +26,15 @@ API_FILE = "rayjobs_api.json"
 #: The largest JSON body the API takes (a sweep of a few thousand points), and code archive.
 MAX_BODY_BYTES = 64 << 20
 MAX_CODE_BYTES = 512 << 20
+#: Set on the head (by the node script, from ``cluster.door: network``): the door ALSO serves the
+#: API over TLS on ``<node ip>[:port]`` for teammates (port default :data:`DOOR_TLS_PORT`).
+DOOR_ADDRESS_ENV = "RAYJOBS_DOOR_ADDRESS"
+DOOR_TLS_PORT = 8443
+#: A job log's answer says what it is: ``whole`` (Ray's file), ``kept`` (what the queue kept), ``none``.
+LOG_HEADER = "X-Rayjobs-Log"
+#: A followed log's stream ends after this long at most (the client reconnects with its offset).
+STREAM_MAX_S = 600.0
+ROLES = ("admin", "member", "viewer")
 
 _STRICT = {"extra": "forbid"}
 
@@ -100,6 +110,7 @@ class JobView:
     lost_runs: list[dict[str, Any]] = field(default_factory=list)  #: Ray runs lost with the head: lost_at, attempts, log
     #: [admitted, ended] (epoch s) of each time it held GPUs and gave them back ([] until it first did)
     spans: list[list[float]] = field(default_factory=list)
+    foreign: bool = False  #: a Ray job the queue does not know (``GET /v1/jobs?foreign=true``; ``state`` "")
 
 
 @dataclass
@@ -211,6 +222,130 @@ class ApiError:
     """Every refusal: one line, what was wrong and what to do."""
 
     error: str
+
+
+# --------------------------------------------------------------------------- the door: who asks
+@dataclass
+class Identity:
+    """Who a request is (``GET /v1/whoami``): the cluster's own token is its owner, an admin
+    (``via="cluster"``); a user's token is that user (``via="token"``); the page's cookie ``session``."""
+
+    name: str
+    role: Literal["admin", "member", "viewer"]
+    via: Literal["cluster", "token", "session"]
+    token_id: Optional[str] = None
+
+
+@dataclass
+class UserAdd:
+    """``POST /v1/users`` (admins): a new user and its first token (a revoked name may be added again)."""
+
+    name: str
+    role: Literal["admin", "member", "viewer"] = "member"
+    __pydantic_config__ = _STRICT
+
+
+@dataclass
+class UserToken:
+    """A user's new token, shown this once (the head keeps only its hash); where to reach the door
+    from a teammate's machine (``url``, None: loopback only) and its certificate's fingerprint."""
+
+    name: str
+    role: str
+    token: str
+    token_id: str
+    fingerprint: Optional[str] = None
+    url: Optional[str] = None
+
+
+@dataclass
+class UserView:
+    name: str
+    role: str
+    created_at: float
+    revoked_at: Optional[float] = None
+    tokens: list[str] = field(default_factory=list)  #: the ids of its tokens (never a secret)
+    last_used_at: Optional[float] = None
+
+
+@dataclass
+class UserList:
+    users: list[UserView]
+
+
+@dataclass
+class AuditEntry:
+    """One line of the door's audit: a request that changed something, or one that was refused."""
+
+    at: float
+    user: str  #: "" when no identity was established (401, 429)
+    role: str
+    addr: str
+    method: str
+    path: str
+    action: str  #: queue, stop, resume, rerun, code, users.add, users.revoke, auth, ...
+    target: list[str]
+    status: int
+    result: str  #: one line
+
+
+@dataclass
+class AuditList:
+    entries: list[AuditEntry]  #: oldest first, the newest ``limit``
+    total: int  #: entries matching the filters
+
+
+# --------------------------------------------------------------------------- the door: what the head reads for the laptop
+@dataclass
+class MetricStep:
+    step: int
+    data: dict[str, float]
+    attempt: int  #: the attempt whose file the step came from
+
+
+@dataclass
+class Metrics:
+    """A job's metrics (``GET /v1/jobs/{id}/metrics``): its run's files read on the head, attempts
+    merged (a resumed attempt's steps replace the older ones'); ``source`` "none": no file yet."""
+
+    steps: list[MetricStep]
+    attempts: list[int]
+    source: Literal["files", "none"]
+
+
+@dataclass
+class NodeInfo:
+    node_id: str
+    ip: str
+    is_head: bool
+    alive: bool
+    gpus: float
+    gpus_used: float
+    cpus: float
+    cpus_used: float
+    labels: dict[str, str] = field(default_factory=dict)
+    #: every resource Ray offers there: ``{name: [used, total]}`` (preflight's per-node fit)
+    resources: dict[str, list[float]] = field(default_factory=dict)
+    gpu_util: Optional[float] = None  #: mean GPU utilisation, percent (None: no GPU metrics)
+    gpu_mem_used_mb: Optional[float] = None
+    gpu_mem_total_mb: Optional[float] = None
+    #: its metrics as read: cpu_percent, mem_used, mem_total, net_*_bps, gpus [{index, name, util_percent, mem_*_mib}]
+    use: Optional[dict[str, Any]] = None
+    versions: dict[str, str] = field(default_factory=dict)  #: rayjobs, commit, ray, verl, ... (its labels)
+
+
+@dataclass
+class ClusterInfo:
+    """The cluster as the head sees it (``GET /v1/cluster``): what ``rayjobs cluster`` and
+    preflight's live check (versions, per-node fit) need."""
+
+    ray_version: str
+    session: str
+    rayjobs: str
+    verl: str
+    nodes: list[NodeInfo]
+    queue: QueueSummary
+    metrics: str = ""  #: where the per-node use came from, or why there is none
 
 
 def to_json(obj: Any) -> Any:

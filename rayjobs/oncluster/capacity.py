@@ -11,7 +11,7 @@ may share a node (nothing in verl forces them apart). Three answers:
 * ``NEVER``: they do not fit even an empty cluster; :attr:`Verdict.reason` says
   "needs X, the cluster has Y" in one line.
 
-Used by the cluster-side queue (:mod:`rayjobs.oncluster.queueactor`), by the submit-time refusal, and by preflight.
+Used by the cluster-side queue (:mod:`rayjobs.door.host`), by the submit-time refusal, and by preflight.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The queue's calls to the head's Jobs API: what it hands to Ray, polls, stops and prunes.
 
 :class:`JobsClient` is the one interface the queue's executors are given (a fake one in tests);
-:class:`HeadJobs` is the real one, over :class:`rayjobs.client.dashboard.Dashboard` -- the one
-module that talks to Ray's Jobs SDK -- on the head's loopback: the URL from ``$RAYJOBS_DASHBOARD``
+:class:`HeadJobs` is the real one, over the head's own dashboard client
+(:class:`rayjobs.oncluster.raydash.RayDash`) on the head's loopback: the URL from ``$RAYJOBS_DASHBOARD``
 (the node script and the embedded head set it), else the one Ray recorded for this session; the
 token from ``$RAY_AUTH_TOKEN``, ``$RAY_AUTH_TOKEN_PATH`` or ``~/.ray/auth_token``.
 """
@@ -13,7 +13,6 @@ import os
 from pathlib import Path
 from typing import Any, Optional, Protocol
 
-from rayjobs.contract.target import Target
 from rayjobs.errors import says_no_such_job
 
 #: Set on the head by the node script and the embedded head: the dashboard's URL on loopback.
@@ -76,7 +75,7 @@ class HeadJobs:
 
     def delete(self, job_id: str) -> bool:
         try:
-            self.d.sdk.delete_job(job_id)
+            self.d.delete(job_id)
             return True
         except Exception as e:  # noqa: BLE001
             return says_no_such_job(e)
@@ -126,8 +125,13 @@ def _url() -> str:
     return url if "://" in url else f"http://{url}"
 
 
-def head_jobs() -> HeadJobs:
-    """The queue's client of this cluster's Jobs API, from inside the cluster (the head)."""
-    from rayjobs.client.dashboard import Dashboard
+def head_dash() -> Any:
+    """The head's client of its own dashboard (:class:`rayjobs.oncluster.raydash.RayDash`)."""
+    from rayjobs.oncluster.raydash import RayDash
 
-    return HeadJobs(Dashboard(Target(_url(), "the head", head_token()), direct=True))
+    return RayDash(_url(), head_token())
+
+
+def head_jobs(dash: Any = None) -> HeadJobs:
+    """The queue's client of this cluster's Jobs API, from inside the cluster (the head)."""
+    return HeadJobs(dash if dash is not None else head_dash())

@@ -64,7 +64,8 @@ def _record_part(rec: JobRecord) -> dict[str, Any]:
             "lost": rec.lost, "preemptions": rec.preemptions, "preempted": rec.preempted, "preempting_for": None,
             "reaped": list(rec.reaped), "final": rec.final, "pruned": rec.pruned, "from_queue": rec.done,
             "rungs": dict(rec.rungs or {}), "halved": rec.halved, "preempt_why": (rec.preempting or {}).get("why"),
-            "lost_runs": [dict(h) for h in rec.history if "lost_at" in h], "spans": [list(s) for s in rec.spans]}
+            "lost_runs": [dict(h) for h in rec.history if "lost_at" in h], "spans": [list(s) for s in rec.spans],
+            "foreign": False}
 
 
 def reason(svc: Any, w: Waiting) -> str:
@@ -121,6 +122,20 @@ def unreadable_view(job_id: str, path: Any) -> dict[str, Any]:
         submission_id=job_id, status="UNKNOWN", state="", from_queue=True,
         message=f"its queue record {path} is unreadable (cut mid-write, or edited by hand): the queue cannot run "
                 f"or show it; restore the file or delete it"))
+
+
+def foreign_view(job: dict[str, Any]) -> dict[str, Any]:
+    """A Ray job the queue does not know (a plain ``ray job submit``, a driver) as a JobView: Ray's
+    word on it, ``state`` "" and ``foreign``."""
+    return {"submission_id": str(job.get("submission_id") or job.get("job_id") or ""),
+            "status": str(job.get("status") or "UNKNOWN").split(".")[-1], "state": "",
+            "metadata": {str(k): str(v) for k, v in (job.get("metadata") or {}).items()},
+            "message": job.get("message"), "queue_position": None, "held": None, "queued_at": None,
+            "admitted_at": None, "finished_at": None, "start_time": job.get("start_time"),
+            "end_time": job.get("end_time"), "driver_node_id": job.get("driver_node_id"), "in_ray": True,
+            "cause": None, "checkpoint_step": None, "attempts": [], "first_attempt": None, "lost": 0, "preemptions": 0,
+            "preempted": None, "preempting_for": None, "reaped": [], "final": None, "pruned": False,
+            "from_queue": False, "rungs": {}, "halved": None, "preempt_why": None, "lost_runs": [], "spans": [], "foreign": True}
 
 
 def job_view(svc: Any, job_id: str) -> Optional[dict[str, Any]]:

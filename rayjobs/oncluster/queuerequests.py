@@ -2,7 +2,7 @@
 whole before anything changes, then made durable before it is answered.
 
 Every refusal is a :class:`RequestError`: one line, what was wrong and what to do, with the HTTP
-status the API answers with (:mod:`rayjobs.oncluster.apiserver`). Runs on the queue loop's thread
+status the API answers with (:mod:`rayjobs.door.app`). Runs on the queue loop's thread
 (the durable writes of a big request in a worker thread: :meth:`QueueRequests.write`).
 """
 
@@ -191,9 +191,10 @@ class QueueRequests:
                            "SIGTERM, then the head's grace period to save")
 
     # ---------------------------------------------------------------- resume
-    def plan_resume(self, old: str, new_id: Optional[str], now: Optional[float] = None) -> tuple[JobRecord, bool]:
-        """The record of ``old`` resumed as a new job (``<old>-r<k>``), and whether it is new (a
-        retried request finds it queued already).
+    def plan_resume(self, old: str, new_id: Optional[str], now: Optional[float] = None, *,
+                    queued_by: str = "") -> tuple[JobRecord, bool]:
+        """The record of ``old`` resumed as a new job (``<old>-r<k>``; its owner ``old``'s, queued by
+        ``queued_by``), and whether it is new (a retried request finds it queued already).
 
         Raises:
             RequestError: no such job; not ended; SUCCEEDED; no checkpoint; its code snapshot gone.
@@ -223,7 +224,7 @@ class QueueRequests:
         if new in self.svc.records or not ID_RE.match(new):
             raise RequestError(409, f"{new} exists already or is no valid id: give another new_id")
         submitted = datetime.fromtimestamp(now).astimezone().isoformat(timespec="milliseconds")
-        meta = rec.meta.with_(resumed_from=old, submitted_at=submitted)
+        meta = rec.meta.with_(resumed_from=old, submitted_at=submitted, queued_by=queued_by or rec.meta.queued_by)
         spec = dict(rec.spec, submission_id=new, metadata=meta.to_ray())
         return JobRecord(id=new, state=State.WAITING, spec=spec, code=rec.code, queued_at=now), True
 

@@ -12,7 +12,7 @@ gives each attempt what it must get right:
   head's stop grace period to save;
 * checkpoints (:mod:`rayjobs.oncluster.checkpointwatch`): each complete one is logged, and a
   ``rayjobs stop --at-checkpoint`` request stops the job once the next one is saved;
-* the queue (:mod:`rayjobs.oncluster.queueactor`) submitted this Ray job once its GPUs were free;
+* the queue (:mod:`rayjobs.door.host`) submitted this Ray job once its GPUs were free;
   while it runs (retries included) the queue keeps its GPUs for it.
 """
 
@@ -221,7 +221,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     _SESSION.append(raysession.SessionWatch.of_this_process())  # its raylet, found while it runs
     go = os.environ.pop(STANDBY_GO_ENV, None)
     base_env = dict(os.environ)  # the trainer's environment: as Ray gave it
-    # The queue (rayjobs.oncluster.queueactor) submits a job once its GPUs are free, or pre-starts
+    # The queue (rayjobs.door.host) submits a job once its GPUs are free, or pre-starts
     # the next one (rayjobs.oncluster.standby), which holds here until the queue admits it.
     if go:
         admission = hold_for_admission(Path(go))

@@ -27,7 +27,7 @@ from rayjobs import settings
 from rayjobs.errors import ConfigError, RayjobsError, did_you_mean
 from rayjobs.provision import tunnel
 from rayjobs.provision.clusterdir import DEFAULT_NAME, ClusterError, cluster_dir, cluster_name, local_token
-from rayjobs.settingsources import DEFAULT, REMEMBERED, Settings
+from rayjobs.settingsources import DEFAULT, DOORS, REMEMBERED, Settings
 from rayjobs.shared import source_commit
 
 __all__ = ["DEFAULT_NAME", "ClusterError", "up", "down", "parse_params", "up_params", "build_task", "task_config",
@@ -49,13 +49,14 @@ UP_KEYS = {
     "volume": "a SkyPilot volume (k8s PVC) mounted at the storage root instead of a bucket",
     "storage": "the storage root path on the nodes (/mnt/rayjobs)",
     "join_timeout": "seconds the head waits for every node before failing",
+    "door": "loopback (the owner's tunnel) or network: the head also serves its door over TLS for teammates",
 }
 
 
 #: `rayjobs up` parameters the settings give a default for: parameter -> settings key.
 FROM_SETTINGS = {"infra": "cluster.infra", "accelerators": "cluster.accelerators", "num_nodes": "cluster.num_nodes",
                  "image": "cluster.image", "idle_minutes": "cluster.idle_minutes", "bucket": "cluster.bucket",
-                 "volume": "cluster.volume", "storage": "storage"}
+                 "volume": "cluster.volume", "storage": "storage", "door": "cluster.door"}
 
 
 # --------------------------------------------------------------------------- task
@@ -79,7 +80,7 @@ def up_params(given: dict[str, str], s: Settings) -> tuple[dict[str, str], dict[
         value, source = s.get(key), s.source(key)
         if param in given or value in (None, "") or param in ("bucket", "volume") and {"bucket", "volume"} & set(given):
             continue
-        if param == "storage" and source in (DEFAULT, REMEMBERED):
+        if param in ("storage", "door") and source in (DEFAULT, REMEMBERED):
             continue
         params[param], taken[param] = str(value), source
     return params, taken
@@ -194,6 +195,11 @@ def task_config(params: dict[str, str], workdir: Optional[str] = None,
             envs["RAYJOBS_BUCKET"] = value
         elif key == "join_timeout":
             envs["RAYJOBS_JOIN_TIMEOUT"] = str(_int(key, value))
+        elif key == "door":
+            if value not in DOORS:
+                raise ConfigError(f"door={value!r}: one of {', '.join(DOORS)} (network: the head also serves "
+                                  f"its door over TLS on its address, for teammates)")
+            envs["RAYJOBS_DOOR"] = value
         elif key == "storage":
             if not value.startswith("/"):
                 raise ConfigError(f"storage={value!r} must be an absolute path on the nodes")

@@ -1,14 +1,18 @@
-"""The queue's process on the head: one Ray actor (``rayjobs/queue``: detached, ``num_cpus=0``, on
-the head, restarted by Ray after a crash) that runs the queue's loop
-(:class:`~rayjobs.oncluster.queueservice.QueueService`) and its HTTP API
-(:mod:`rayjobs.oncluster.apiserver`, uvicorn) in one event loop, so a request and a tick never
-race: a request changes the queue between two ticks and wakes the loop.
+"""The door's host on the head: one Ray actor (``rayjobs/queue``: detached, ``num_cpus=0``, on the
+head, restarted by Ray after a crash) that runs the queue's loop
+(:class:`~rayjobs.oncluster.queueservice.QueueService`) and serves the door
+(:mod:`rayjobs.door.app`, uvicorn) in one event loop, so a request and a tick never race: a
+request changes the queue between two ticks and wakes the loop.
 
-The API listens on the head's 127.0.0.1 only, port ``$RAYJOBS_API_PORT`` (8263); once it listens
-the queue writes where (:data:`rayjobs.contract.wire.API_FILE`, in this Ray session's log dir, which
-the laptop reads through the dashboard). ``python3 -m rayjobs.oncluster.queueactor start`` starts
-it (the node script and the embedded head do, after their head is up; a rayjobs command that finds
-no queue starts it with that entrypoint as a small Ray job) and returns once the API answers.
+The door listens on the head's 127.0.0.1, port ``$RAYJOBS_API_PORT`` (8263), plain HTTP (the owner's
+``rayjobs connect`` tunnels it); with ``$RAYJOBS_DOOR_ADDRESS`` (``<node ip>[:port]``, port 8443 by
+default; the node script sets it for ``cluster.door: network``) it ALSO serves the same app on that
+address over TLS, for teammates, with the self-signed certificate made at its first start and kept
+under ``<store>/door/tls``. Once it listens it writes where (:data:`rayjobs.contract.wire.API_FILE`,
+in this Ray session's log dir: port, and the TLS door's URL and fingerprint).
+``python3 -m rayjobs.door.host start`` starts it (the node script and the embedded head do, after
+their head is up; a rayjobs command that finds no queue starts it with that entrypoint as a small
+Ray job) and returns once the door answers.
 """
 
 from __future__ import annotations
@@ -49,13 +53,27 @@ def logs_dir() -> Optional[str]:
         return None
 
 
+def door_address(text: str) -> tuple[str, int]:
+    """``$RAYJOBS_DOOR_ADDRESS`` (``10.0.0.5``, ``10.0.0.5:8443``, ``[fd00::5]:8443``) as (host, port).
+
+    Raises:
+        ValueError: one line -- not ``<ip or name>[:port]``.
+    """
+    raw = text.strip()
+    host, _, port = raw.rpartition(":") if raw.count(":") == 1 or raw.startswith("[") else (raw, "", "")
+    host = (host or raw).strip("[]")
+    if not host or (port and not port.isdigit()) or not (0 < int(port or wire.DOOR_TLS_PORT) < 65536):
+        raise ValueError(f"{wire.DOOR_ADDRESS_ENV}={text!r}: expected <node ip>[:port]")
+    return host, int(port or wire.DOOR_TLS_PORT)
+
+
 class QueueActor:
-    """The queue itself: ``ray.remote(QueueActor)`` named ``rayjobs/queue``, detached, on the head."""
+    """The queue and its door: ``ray.remote(QueueActor)`` named ``rayjobs/queue``, detached, on the head."""
 
     def __init__(self) -> None:
         from rayjobs.oncluster import reaper, warmengines
         from rayjobs.oncluster.clusterstate import ClusterReader
-        from rayjobs.oncluster.headapi import head_jobs
+        from rayjobs.oncluster.headapi import head_dash, head_jobs
         from rayjobs.oncluster.lease import Lease
         from rayjobs.oncluster.queueservice import QueueService
         from rayjobs.oncluster.store import QueueStore
@@ -65,12 +83,14 @@ class QueueActor:
         # this actor is not created (the starter says why)
         self.lease = Lease(store.root, session_name())
         self.lease.acquire()
-        self.svc = QueueService(store, head_jobs(), ClusterReader(), reap=reaper.reap_job,
+        self.dash = head_dash()
+        self.svc = QueueService(store, head_jobs(self.dash), ClusterReader(), reap=reaper.reap_job,
                                 reap_enabled=reaper.enabled(), session=session_name(), ray_logs=logs_dir() or "",
                                 warm=warmengines.Registry())
         self.svc.recover()
-        self.io = ThreadPoolExecutor(max_workers=2, thread_name_prefix="rayjobs-io")
+        self.io = ThreadPoolExecutor(max_workers=4, thread_name_prefix="rayjobs-io")
         self.port: Optional[int] = None
+        self.door: dict[str, Any] = {}  #: the TLS door: url, fingerprint (none: loopback only)
         self._wake: Optional[asyncio.Future] = None
         self._listening: Optional[asyncio.Event] = None
         self._tasks: list[asyncio.Task] = []
@@ -130,32 +150,61 @@ class QueueActor:
     async def _serve(self) -> None:
         import uvicorn
 
-        from rayjobs.oncluster.apiserver import create_app
+        from rayjobs.door.app import create_app
         from rayjobs.oncluster.headapi import api_token
 
-        app = create_app(self.svc, api_token(), self._kick, self.io)
-        sock = await self._bind(int(os.environ.get(wire.PORT_ENV) or wire.DEFAULT_PORT))
+        tls = self._tls()
+        app = create_app(self.svc, api_token(), self._kick, self.io, dash=self.dash, url=self.door.get("url"),
+                         fingerprint=self.door.get("fingerprint"))
+        sock = await self._bind("127.0.0.1", int(os.environ.get(wire.PORT_ENV) or wire.DEFAULT_PORT))
+        servers = [uvicorn.Server(_config(app)).serve(sockets=[sock])]
+        if tls is not None:
+            tls_sock = await self._bind(tls[0], tls[1], tries=int(60 / BIND_RETRY_S))
+            if tls_sock is not None:
+                servers.append(uvicorn.Server(_config(app, tls[2])).serve(sockets=[tls_sock]))
+            else:
+                self.door = {}
         self.port = sock.getsockname()[1]
-        write_api_file(self.port)
+        write_api_file(self.port, self.door)
         self._listening.set()
-        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_keep_alive=30)
-        await uvicorn.Server(config).serve(sockets=[sock])
+        await asyncio.gather(*servers)
 
-    async def _bind(self, port: int) -> socket.socket:
-        """The API's socket on 127.0.0.1, listening; a port still held (by the queue of a Ray session
-        that is going away) is tried again until it frees."""
-        while True:
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    def _tls(self) -> Optional[tuple[str, int, Any]]:
+        """The TLS door asked for by ``$RAYJOBS_DOOR_ADDRESS``: (host, port, its certificate), made
+        now if this is its first start; None when not asked for (or the setting is wrong: said)."""
+        from rayjobs.door import tls
+
+        want = os.environ.get(wire.DOOR_ADDRESS_ENV, "").strip()
+        if not want:
+            return None
+        try:
+            host, port = door_address(want)
+            cert = tls.ensure(self.svc.store.root / "door", host)
+        except (ValueError, OSError) as e:
+            self.svc.note("door not on the network", str(e)[:300])
+            return None
+        shown = f"[{host}]" if ":" in host else host
+        self.door = {"url": f"https://{shown}:{port}", "fingerprint": cert.fingerprint}
+        return host, port, cert
+
+    async def _bind(self, host: str, port: int, tries: Optional[int] = None) -> Any:
+        """The door's socket on ``host:port``, listening; a port still held (by the queue of a Ray
+        session that is going away) is tried again until it frees (at most ``tries`` times: None
+        when it never does)."""
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        for _ in range(tries or 10**9):
+            sock = socket.socket(family, socket.SOCK_STREAM)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
-                sock.bind(("127.0.0.1", port))
+                sock.bind((host, port))
                 sock.listen(2048)
                 sock.setblocking(False)
                 return sock
             except OSError as e:
                 sock.close()
-                self.svc.note("api port busy", f"127.0.0.1:{port}: {e.strerror}")
+                self.svc.note("api port busy", f"{host}:{port}: {e.strerror}")
                 await asyncio.sleep(BIND_RETRY_S)
+        return None
 
     # ---------------------------------------------------------------- for the starter and tests
     async def ping(self, wait_s: float = 30.0) -> dict[str, Any]:
@@ -166,7 +215,8 @@ class QueueActor:
             await asyncio.wait_for(self._listening.wait(), wait_s)
         except asyncio.TimeoutError:
             pass
-        return {"port": self.port, "waiting": len(self.svc.state.waiting), "admitted": len(self.svc.state.running)}
+        return {"port": self.port, "waiting": len(self.svc.state.waiting), "admitted": len(self.svc.state.running),
+                **self.door}
 
     async def snapshot(self) -> dict[str, Any]:
         """The queue's summary and its recent events (tests, benchmarks)."""
@@ -178,21 +228,30 @@ class QueueActor:
         return doc
 
 
-def write_api_file(port: int) -> None:
-    """Say where the API listens, in this Ray session's log dir (the laptop reads it through the
-    dashboard's log API; a new session has a new dir, so a stale file of an old one is never read)."""
+def _config(app: Any, cert: Any = None) -> Any:
+    """uvicorn's settings for one of the door's sockets (``cert``: serve it over TLS)."""
+    import uvicorn
+
+    tls = {"ssl_certfile": str(cert.cert), "ssl_keyfile": str(cert.key)} if cert is not None else {}
+    return uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_keep_alive=30, **tls)
+
+
+def write_api_file(port: int, door: Optional[dict[str, Any]] = None) -> None:
+    """Say where the door listens, in this Ray session's log dir (the laptop reads it through the
+    dashboard's log API; a new session has a new dir, so a stale file of an old one is never read):
+    its loopback port, and the TLS door's ``url`` and ``fingerprint`` when it serves one."""
     from rayjobs.contract.files import write_json
 
     d = logs_dir()
     if d:
         write_json(os.path.join(d, wire.API_FILE), {"port": port, "pid": os.getpid(), "session": session_name(),
-                                                    "version": __version__, "at": round(time.time(), 3)})
+                                                    "version": __version__, "at": round(time.time(), 3), **(door or {})})
 
 
 # --------------------------------------------------------------------------- starting it
 def ensure_running(timeout: float = 60.0) -> dict[str, Any]:
     """Connect to this cluster and make sure the queue runs (created once, by name); returns once
-    its API listens: ``{"port", "waiting", "admitted"}``.
+    its door listens: ``{"port", "waiting", "admitted"}`` (and ``url``, ``fingerprint``: the TLS door).
 
     The caller's own job config (its working_dir) is kept out: the detached actor must not inherit
     one job's runtime_env.
@@ -221,10 +280,10 @@ def ensure_running(timeout: float = 60.0) -> dict[str, Any]:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    """``python3 -m rayjobs.oncluster.queueactor start``: start the queue; print where its API listens."""
+    """``python3 -m rayjobs.door.host start``: start the queue and its door; print where it listens."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv != ["start"]:
-        print("usage: python3 -m rayjobs.oncluster.queueactor start", file=sys.stderr)
+        print("usage: python3 -m rayjobs.door.host start", file=sys.stderr)
         return 2
     try:
         got = ensure_running()
