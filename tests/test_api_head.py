@@ -91,6 +91,18 @@ def test_every_route_answers_on_the_head_as_its_openapi_document_declares(api, w
     check("put", "/code/{key}", 201, f"/code/{key}", data=buf.getvalue(), headers={"Content-Type": "application/zip"})
     check("get", "/code/{key}", 200, f"/code/{key}")
     check("post", "/jobs", 422, json={"jobs": [{"entrypoint": 3, "submission_id": "nope-1"}]})
+    # the door's own routes, on the head's real Ray (its dashboard, its files)
+    assert check("get", "/whoami", 200)["role"] == "admin"
+    added = check("post", "/users", 201, json={"name": "zoe", "role": "viewer"})
+    assert added["token"].startswith("rj_") and check("get", "/users", 200)["users"]
+    check("post", "/users/{name}/revoke", 200, "/users/zoe/revoke")
+    assert check("get", "/audit", 200)["entries"]
+    assert check("get", "/jobs/{job_id}/metrics", 200, f"/jobs/{sid}/metrics")["source"] in ("files", "none")
+    assert check("get", "/cluster", 200)["nodes"]
+    for route in ("/jobs/{job_id}/log", "/jobs/{job_id}/log/stream"):  # text: its header says which log
+        r = _raw(api, "GET", route.replace("{job_id}", sid))
+        assert r.status_code == 200 and r.headers[wire.LOG_HEADER] in ("whole", "kept"), (route, r.status_code, r.text)
+        d.seen.add(("get", wire.PREFIX + route, 200))
     assert {(m, p) for m, p, _ in d.seen} == d.routes(), d.routes() - {(m, p) for m, p, _ in d.seen}
 
 
