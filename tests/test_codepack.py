@@ -47,3 +47,16 @@ def test_a_dry_run_imports_no_ray(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr[-2000:]
     mods = [line.rsplit("|", 1)[-1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")]
     assert mods and not [m for m in mods if m == "ray" or m.startswith("ray.")], "a submit's first half imported Ray"
+
+
+def test_a_file_gone_between_the_walk_and_the_pack_is_left_out(tmp_path: Path, monkeypatch) -> None:
+    """A working dir where something writes as the submit packs it (a storage root under it: the
+    queue's lease, written as tmp + rename every 10 s): the file the walk listed and the pack no
+    longer finds is left out, not a failed submit (seen: FileNotFoundError on ``.lease.json.*.tmp``)."""
+    (tmp_path / "train.py").write_text("print(1)\n")
+    listed = codepack.files
+    monkeypatch.setattr(codepack, "files", lambda root, ex: listed(root, ex) + [tmp_path / ".lease.json.1.tmp"])
+    import zipfile
+
+    _, archive = codepack.pack(str(tmp_path), [])
+    assert zipfile.ZipFile(archive).namelist() == ["train.py"]

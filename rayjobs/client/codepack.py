@@ -114,7 +114,11 @@ def _stamp(p: Path) -> tuple[int, int]:
 
 def _add(z: zipfile.ZipFile, top: Path, p: Path) -> None:
     rel = p.relative_to(top).as_posix()
-    st = p.stat()
+    try:
+        st = p.stat()
+        data = None if stat.S_ISDIR(st.st_mode) else p.read_bytes()
+    except FileNotFoundError:  # gone since the walk listed it (an editor's or a writer's temp file)
+        return
     if stat.S_ISDIR(st.st_mode):
         if not any(p.iterdir()):
             info = zipfile.ZipInfo(rel + "/", _EPOCH)
@@ -124,8 +128,7 @@ def _add(z: zipfile.ZipFile, top: Path, p: Path) -> None:
     info = zipfile.ZipInfo(rel, _EPOCH)
     info.external_attr = (stat.S_IFREG | (st.st_mode & 0o777)) << 16
     info.compress_type = zipfile.ZIP_DEFLATED
-    with open(p, "rb") as f:
-        z.writestr(info, f.read(), compresslevel=1)
+    z.writestr(info, data or b"", compresslevel=1)
 
 
 def forget() -> None:
