@@ -60,7 +60,9 @@ def _head_procs(home: Path) -> list[int]:
 
 
 @pytest.mark.cluster
-def test_an_ended_jobs_log_and_failure_outlive_a_restart_of_the_local_head(home, workdir):
+def test_a_restarted_local_head_shows_ended_logs_and_a_stopped_one_is_never_started_by_a_read(home, workdir):
+    """One head of its own, started three times (each start is the costly part): ended jobs' logs
+    and failures after a restart, then reads of a stopped head."""
     env = {"RAYJOBS_HOME": str(home)}
     assert rayjobs_cli("local", "start", env=env).returncode == 0
     ok = _submit(env, workdir, "+fake.steps=3")
@@ -71,7 +73,11 @@ def test_an_ended_jobs_log_and_failure_outlive_a_restart_of_the_local_head(home,
     for cmd in (("local", "stop"), ("local", "start")):
         r = rayjobs_cli(*cmd, env=env, timeout=180)
         assert r.returncode == 0, (cmd, r.stderr)
+    _ended_logs_outlive_the_restart(home, env, ok, bad)
+    _reads_never_start_a_stopped_head(home, env, workdir, {ok: "SUCCEEDED", bad: "FAILED"})
 
+
+def _ended_logs_outlive_the_restart(home: Path, env: dict, ok: str, bad: str) -> None:
     logs = rayjobs_cli("logs", ok, env=env)
     assert logs.returncode == 0 and "step:3 - " in logs.stdout, logs.stdout[-2000:] + logs.stderr
     assert "yet" not in logs.stderr and "Ray no longer serves" in logs.stderr, logs.stderr
@@ -93,10 +99,7 @@ def test_an_ended_jobs_log_and_failure_outlive_a_restart_of_the_local_head(home,
     assert len(logs.stdout.splitlines()) == 5, logs.stdout
 
 
-@pytest.mark.cluster
-def test_reads_never_start_a_stopped_local_head_and_what_needs_it_says_it_does(home, workdir):
-    env = {"RAYJOBS_HOME": str(home)}
-    assert rayjobs_cli("local", "start", env=env).returncode == 0
+def _reads_never_start_a_stopped_head(home: Path, env: dict, workdir: Path, before: dict) -> None:
     r = rayjobs_submit("-m", "+exp=fake_ppo", "+fake.steps=1,2", cwd=workdir, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     jobs = r.stdout.split()
@@ -114,7 +117,7 @@ def test_reads_never_start_a_stopped_local_head_and_what_needs_it_says_it_does(h
         assert r.returncode == code and len(said) == 1 and "`rayjobs local start` starts it" in said[0], (args, r.stderr)
         assert not (home / "local" / "head.json").exists() and not _head_procs(home), (args, "started the head")
     listed = rayjobs_cli("list", "--json", env=env)
-    assert {row["id"]: row["status"] for row in json.loads(listed.stdout)} == {j: "SUCCEEDED" for j in jobs}
+    assert {row["id"]: row["status"] for row in json.loads(listed.stdout)} == {**before, **{j: "SUCCEEDED" for j in jobs}}
     # a command that needs the head starts it, and says so in one line
     stop = rayjobs_cli("stop", jobs[0], env=env, timeout=180)
     assert stop.returncode == 0 and f"{jobs[0]} SUCCEEDED" in stop.stdout, stop.stdout + stop.stderr
