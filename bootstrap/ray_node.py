@@ -169,12 +169,9 @@ def token_file(cfg: Config) -> Path:
 
 
 def _write_secret(path: Path, value: str) -> None:
-    tmp = path.with_suffix(".new")
-    tmp.unlink(missing_ok=True)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    os.write(fd, value.encode())
-    os.close(fd)
-    os.replace(tmp, path)
+    from rayjobs.contract.files import write_atomic
+
+    write_atomic(path, value.encode(), mode=0o600)  # fsync'd: a node lost mid-write keeps the old token
 
 
 def queue_name(cfg: Config, env: dict[str, str]) -> str:
@@ -445,9 +442,9 @@ def detached_start(base: Path, parent: int) -> None:
     except BaseException as e:  # noqa: BLE001  (the parent must hear about anything)
         out["error"] = f"starting Ray failed: {e.__class__.__name__}: {' '.join(str(e).split())[:300]}"
         print(f"error: {out['error']}", file=sys.stderr, flush=True)
-    tmp = base.with_suffix(".new")
-    tmp.write_text(json.dumps(out))
-    os.replace(tmp, base.with_suffix(".json"))
+    from rayjobs.contract.files import write_atomic
+
+    write_atomic(base.with_suffix(".json"), json.dumps(out).encode())
     for t in DASHBOARD:  # the node script already waits for the Jobs API; we only stay around
         t.join(timeout=600)
     sys.stderr.flush()
@@ -855,9 +852,9 @@ def write_ready(cfg: Config, nodes: list[dict[str, Any]], metrics: Optional[str]
         log("cluster ready (unchanged)")
     else:
         rec["ready_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-        tmp = path.with_suffix(".new")
-        tmp.write_text(json.dumps(rec, indent=2) + "\n")
-        os.replace(tmp, path)
+        from rayjobs.contract.files import write_atomic
+
+        write_atomic(path, (json.dumps(rec, indent=2) + "\n").encode())
         old = rec
         log(f"cluster ready: {rec['nodes']} nodes, {rec['gpus']} GPUs, Ray {rec['ray_version']}, verl {rec['verl_version']}")
     print("RAYJOBS_READY " + json.dumps(old, sort_keys=True), flush=True)

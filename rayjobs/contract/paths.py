@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Union
 
 #: verl's checkpoint tracker (written last, after a checkpoint is complete).
 TRACKER = "latest_checkpointed_iteration.txt"
@@ -40,7 +40,7 @@ class RunPaths:
 
     def metrics(self, attempt: int) -> Path:
         """Attempt ``attempt``'s metrics file (verl's ``file`` logger writes it)."""
-        return Path(self.run_dir) / f"metrics.{attempt}.jsonl"
+        return metrics_file(self.run_dir, attempt)
 
     def attempts(self) -> dict[int, Path]:
         """The run's metrics files on disk, by attempt number."""
@@ -51,6 +51,11 @@ class RunPaths:
 
     def stop_request(self) -> Path:
         return Path(self.run_dir) / STOP_REQUEST
+
+
+def metrics_file(run_dir: Union[str, Path], attempt: int) -> Path:
+    """``<run_dir>/metrics.<attempt>.jsonl``: attempt ``attempt``'s metrics file (the one spelling of it)."""
+    return Path(run_dir) / f"metrics.{attempt}.jsonl"
 
 
 def metrics_files(run_dir: Optional[str]) -> dict[int, Path]:

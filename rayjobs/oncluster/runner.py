@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
+from rayjobs.contract import paths
 from rayjobs.oncluster import attemptlog, checkpointwatch, failurecause, nodecache, raysession, warmstamps, warmth
 from rayjobs.oncluster.checkpointwatch import CheckpointWatch
 from rayjobs.oncluster.failurecause import Cause
@@ -46,7 +47,7 @@ def job_metadata() -> dict[str, Any]:
 
 def next_attempt(run_dir: Path) -> int:
     """1 + the number of attempts this run already had (their metrics files)."""
-    return 1 + len(list(run_dir.glob("metrics.*.jsonl")))
+    return 1 + len(paths.metrics_files(str(run_dir)))
 
 
 def log(msg: str) -> None:
@@ -391,7 +392,7 @@ def attempt_env(argv: list[str], meta: dict[str, Any], base_env: dict[str, str],
     if run_dir is not None:
         run_dir.mkdir(parents=True, exist_ok=True)
         attempt = next_attempt(run_dir)
-        env["VERL_FILE_LOGGER_PATH"] = str(run_dir / f"metrics.{attempt}.jsonl")
+        env["VERL_FILE_LOGGER_PATH"] = str(paths.metrics_file(run_dir, attempt))
         # Claimed now, so an attempt that dies before verl's logger starts still counts.
         Path(env["VERL_FILE_LOGGER_PATH"]).touch()
         env["RAYJOBS_ATTEMPT"] = str(attempt)

@@ -19,6 +19,7 @@ import os
 from pathlib import Path
 from typing import AbstractSet, Any, Iterator, Optional
 
+from rayjobs.contract import paths
 from rayjobs import settings
 
 
@@ -212,7 +213,7 @@ def _write_metrics(d: Path, metrics: Optional[list[bytes]], metrics_from: Option
         return {"metrics_from": None, "metrics_files": 0, "metrics_bytes": 0}
     bodies = thin_jsonl(metrics)
     for k, body in enumerate(bodies, 1):
-        _atomic_write(d / f"metrics.{k}.jsonl", body)
+        _atomic_write(paths.metrics_file(d, k), body)
     return {"metrics_from": metrics_from, "metrics_files": len(bodies), "metrics_bytes": sum(map(len, bodies))}
 
 

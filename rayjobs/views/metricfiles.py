@@ -12,19 +12,13 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
+from rayjobs.contract import paths
 from rayjobs.contract.metrics import merge_attempts, read_jsonl  # noqa: F401  (the file format: the contract's)
 
 
 def jsonl_files(run_dir: Optional[str]) -> list[Path]:
     """``<run_dir>/metrics.<attempt>.jsonl`` files, by attempt, if that dir is readable here."""
-    if not run_dir:
-        return []
-    d = Path(run_dir)
-    try:
-        files = [p for p in d.glob("metrics.*.jsonl") if p.name.split(".")[1].isdigit()]
-    except OSError:
-        return []
-    return sorted(files, key=lambda p: int(p.name.split(".")[1]))
+    return list(paths.metrics_files(run_dir).values())
 
 
 def last_jsonl_record(path: Path, window: int = 1 << 16) -> Optional[tuple[int, dict[str, float]]]:
