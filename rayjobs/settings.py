@@ -67,7 +67,17 @@ def current() -> Settings:
         ConfigError: a settings file or variable is wrong (unknown key, wrong type, YAML syntax, a
             secret's value): one line naming the file or variable and the key.
     """
-    return resolve(Path.cwd(), os.environ, home(), remembered_cluster())
+    return resolve(Path.cwd(), os.environ, home(), _remembered_or_login())
+
+
+def _remembered_or_login() -> dict[str, Any]:
+    """The remembered cluster's record -- or, when a door's login is the target, its storage root
+    (a teammate's laptop knows the cluster by its door only)."""
+    rec = remembered_cluster()
+    if any(os.environ.get(v) for v in ("RAY_API_SERVER_ADDRESS", "RAY_ADDRESS")):
+        return rec
+    login = settingslogin.load(home(), os.environ)
+    return {**rec, "storage": login.storage} if login is not None and login.storage else rec
 
 
 def _read_token(path: Optional[str]) -> Optional[str]:

@@ -32,6 +32,8 @@ class Login:
     fingerprint: Optional[str] = None
     user: str = ""
     role: str = ""
+    #: the cluster's storage root as its head says (the queue's store's root): a submit's default
+    storage: str = ""
 
     def __repr__(self) -> str:  # never the token, even in a traceback's locals
         return f"Login(url={self.url!r}, user={self.user!r}, role={self.role!r}, fingerprint={self.fingerprint!r})"
@@ -58,7 +60,7 @@ def load(home: Path, env: Mapping[str, str]) -> Optional[Login]:
     try:
         doc = json.loads(path(home).read_text())
         return Login(str(doc["url"]), str(doc["token"]), doc.get("fingerprint") or None,
-                     str(doc.get("user") or ""), str(doc.get("role") or ""))
+                     str(doc.get("user") or ""), str(doc.get("role") or ""), str(doc.get("storage") or ""))
     except (OSError, ValueError, KeyError, TypeError):
         return None
 

@@ -55,7 +55,7 @@ class Served:
 
     def close(self) -> None:
         for server, t in (self._h, self._s):
-            server.should_exit = True
+            server.should_exit = server.force_exit = True  # keep-alive connections of the clients: no 10 s wait
             t.join(10)
 
 
@@ -108,7 +108,8 @@ def test_login_reads_the_token_from_stdin_keeps_it_0600_and_whoami_says_who(serv
     assert stat.S_IMODE(f.stat().st_mode) == 0o600
     kept = json.loads(f.read_text())
     assert kept == {"url": served.https, "token": tok, "fingerprint": served.cert.fingerprint, "user": "alice",
-                    "role": "member"}
+                    "role": "member", "storage": kept["storage"]}
+    assert served.door.svc.store.root.is_relative_to(kept["storage"])  # the head's storage root: a submit's default
     code, out, err = cli("whoami")
     assert code == 0 and out.startswith(f"alice (member) at {served.https}") and tok not in out + err
     code, out, err = cli("logout")

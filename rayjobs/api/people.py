@@ -8,6 +8,7 @@ door: a teammate's login, or the owner's cluster (its token is an admin's).
 from __future__ import annotations
 
 import os
+from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any, Optional
 
 from rayjobs import settings, settingslogin
@@ -33,7 +34,9 @@ def login(url: str, token: str, fingerprint: Optional[str] = None) -> settingslo
         raise ConfigError("no token given: paste the token `rayjobs users add` printed (stdin, the prompt or --token-file)")
     door = Door(url, token, fingerprint, timeout=30.0)
     me = door.whoami()
-    kept = settingslogin.Login(door.url, token, door.fingerprint, me.name, me.role)
+    store = door.health().store  # <storage root>/queue/<cluster>: jobs write under that root
+    storage = str(PurePosixPath(store).parents[1]) if store.count("/") >= 3 else ""
+    kept = settingslogin.Login(door.url, token, door.fingerprint, me.name, me.role, storage)
     settingslogin.save(settings.home(), kept)
     return kept
 

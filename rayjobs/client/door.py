@@ -161,3 +161,20 @@ class Door(QueueAPI):
                 yield from r.iter_content(chunk_size=1 << 16)
             except requests.RequestException as e:
                 raise QueueDown(f"reading {path} from the door broke off ({short_reason(e)})") from e
+
+
+def login_user(target: Any) -> str:
+    """The user a door target (``target.door``) is: what ``rayjobs login`` kept, else (a login from
+    ``RAYJOBS_URL``/``RAYJOBS_TOKEN``) the door's ``whoami``; "" when the door cannot say now (the
+    command then fails on its own request, in one line)."""
+    import os
+
+    from rayjobs import settings, settingslogin
+
+    kept = settingslogin.load(settings.home(), os.environ)
+    if kept is not None and kept.user and kept.url == target.address:
+        return kept.user
+    try:
+        return Door(str(target.address), target.token, target.fingerprint, timeout=10.0).whoami().name
+    except RayjobsError:
+        return ""
