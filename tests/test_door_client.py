@@ -209,3 +209,30 @@ def test_the_daily_commands_work_through_the_door_only(served: Served, monkeypat
     d.tick()
     assert d.get("wait")["status"] == "STOPPED"
     assert cli("usage", "--json")[0] == 0
+
+
+def test_a_followed_log_through_the_door_gets_every_byte_once_across_streams(served: Served,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAYJOBS_DOOR_STREAM_S", "1")  # the server ends each stream after 1 s: the client resumes
+    d = served.door
+    d.send("alice", "run")
+    d.tick()
+    log = Path(d.svc.ray_logs) / "job-driver-run.log"
+    log.write_text("first\n")
+    monkeypatch.setenv("RAYJOBS_URL", served.https)
+    monkeypatch.setenv("RAYJOBS_FINGERPRINT", served.cert.fingerprint)
+    monkeypatch.setenv("RAYJOBS_TOKEN", d.tokens["vic"])  # a viewer may read
+    got: list[Any] = []
+    t = threading.Thread(target=lambda: got.append(cli("logs", "run", "-f")))
+    t.start()
+    for i in range(3):  # three streams' worth of lines
+        time.sleep(1.2)
+        with open(log, "a") as f:
+            f.write(f"more {i}\n")
+    d.jobs.end("run", "SUCCEEDED")
+    d.tick()
+    d.tick()
+    t.join(60)
+    assert got, "the follow did not end with the job"
+    code, out, err = got[0]
+    assert out == "first\nmore 0\nmore 1\nmore 2\n" and code == 0, (code, out, err)

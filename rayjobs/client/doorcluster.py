@@ -106,6 +106,12 @@ class DoorCluster:
     def log_tail(self, job_id: str, node_id: Any, lines: int, max_bytes: int = 32 << 20) -> bytes:
         return b"".join(self.iter_log(job_id, node_id, lines, max_bytes=max_bytes))
 
+    def follower(self, job_id: str, **kw: Any) -> Any:
+        """A follower of ``job_id``'s log through the door (:class:`~rayjobs.client.doorfollow.DoorFollower`)."""
+        from rayjobs.client.doorfollow import DoorFollower
+
+        return DoorFollower(self.queue, job_id, **kw)
+
     def node_file(self, node_id: str, filename: str, lines: int = 10) -> Optional[bytes]:
         """A node's log file: not through the door (None, as for a file that is not there)."""
         return None
