@@ -209,6 +209,9 @@ def test_the_daily_commands_work_through_the_door_only(served: Served, monkeypat
     d.tick()
     assert d.get("wait")["status"] == "STOPPED"
     assert cli("usage", "--json")[0] == 0
+    code, out, err = cli("cluster", "--json")
+    assert code == 0, err
+    assert json.loads(out)["address"] == served.https  # its nodes: tests/test_teammate_cli.py (no Ray here)
 
 
 def test_a_followed_log_through_the_door_gets_every_byte_once_across_streams(served: Served,
@@ -236,3 +239,24 @@ def test_a_followed_log_through_the_door_gets_every_byte_once_across_streams(ser
     assert got, "the follow did not end with the job"
     code, out, err = got[0]
     assert out == "first\nmore 0\nmore 1\nmore 2\n" and code == 0, (code, out, err)
+
+
+def test_plot_reads_a_runs_metrics_through_the_door(served: Served, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from rayjobs.views import metricfiles
+
+    d = served.door
+    d.send("alice", "m")
+    d.tick()
+    run_dir = Path(d.svc.records["m"].meta.run_dir)
+    run_dir.mkdir(parents=True)
+    (run_dir / "metrics.1.jsonl").write_text("".join(json.dumps({"step": s, "data": {"loss": s}}) + "\n" for s in (1, 2)))
+    (run_dir / "metrics.2.jsonl").write_text(json.dumps({"step": 2, "data": {"loss": 20}}) + "\n")
+    monkeypatch.setattr(metricfiles, "jsonl_files", lambda run_dir: [])  # a laptop that does not mount the storage
+    monkeypatch.setenv("RAYJOBS_URL", served.http)
+    monkeypatch.setenv("RAYJOBS_TOKEN", d.tokens["bob"])
+    code, out, err = cli("plot", "m", "--metric", "loss", "-o", str(tmp_path / "c.png"), "--json")
+    assert code == 0, err
+    (got,) = json.loads(out)["jobs"]
+    assert got["series"] == {"loss": [[1, 1.0], [2, 20.0]]}  # the attempts merged on the head
+    assert (tmp_path / "c.png").stat().st_size > 0

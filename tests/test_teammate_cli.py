@@ -72,6 +72,10 @@ def test_a_teammate_runs_the_daily_commands_through_the_door_only(door: Any, tea
                         60, "the job's log through the door")
     assert "Total training steps: 3000" in logged.stdout
 
+    info = rj("cluster", "--json")
+    assert info.returncode == 0, info.stderr[-2000:]
+    assert [(n["gpus"], n["gpus_used"]) for n in json.loads(info.stdout)["nodes"]] == [(2.0, 1.0)]
+
     as_bob = {"RAYJOBS_URL": bob["url"], "RAYJOBS_TOKEN": bob["token"], "RAYJOBS_FINGERPRINT": bob["fingerprint"]}
     refused = on_laptop(team, tmp_path / "bob", work, "rayjobs.cli", "stop", job_id, env=as_bob)
     assert f"{job_id} is alice's job: only alice or an admin may stop it" in one_line(refused)
