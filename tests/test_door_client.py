@@ -260,3 +260,38 @@ def test_plot_reads_a_runs_metrics_through_the_door(served: Served, tmp_path: Pa
     (got,) = json.loads(out)["jobs"]
     assert got["series"] == {"loss": [[1, 1.0], [2, 20.0]]}  # the attempts merged on the head
     assert (tmp_path / "c.png").stat().st_size > 0
+
+
+def test_resume_through_the_door_and_anothers_resume_is_one_line(served: Served, monkeypatch: pytest.MonkeyPatch) -> None:
+    d = served.door
+    d.send("alice", "ok")
+    d.tick()
+    ckpt = Path(d.get("ok")["metadata"]["checkpoint_dir"])
+    ckpt.mkdir(parents=True)
+    (ckpt / "latest_checkpointed_iteration.txt").write_text("4")
+    d.jobs.end("ok", "STOPPED")
+    d.tick()
+    d.tick()
+    monkeypatch.setenv("RAYJOBS_URL", served.http)
+    monkeypatch.setenv("RAYJOBS_TOKEN", d.tokens["bob"])
+    assert "ok is alice's job: only alice or an admin may resume it" in one_line_refusal(*cli("resume", "ok"))
+    assert "ok-r1" not in d.svc.records
+    monkeypatch.setenv("RAYJOBS_TOKEN", d.tokens["alice"])
+    code, out, err = cli("resume", "ok")
+    assert code == 0 and "ok-r1" in out + err, err
+    assert d.svc.records["ok-r1"].meta.queued_by == "alice"
+
+
+def test_a_foreign_ray_job_is_listed_and_stopped_by_an_admin_through_the_door(served: Served,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    d = served.door
+    d.jobs.ray["raysubmit_y"] = {"status": "RUNNING", "metadata": {}, "driver_node_id": "n0"}
+    monkeypatch.setenv("RAYJOBS_URL", served.http)
+    monkeypatch.setenv("RAYJOBS_TOKEN", d.tokens["alice"])
+    code, out, err = cli("list", "--all", "--json")
+    assert code == 0 and [r["id"] for r in json.loads(out)] == ["raysubmit_y"], err
+    assert "only an admin" in one_line_refusal(*cli("stop", "raysubmit_y"))
+    assert ("stop", "raysubmit_y") not in d.jobs.calls
+    monkeypatch.setenv("RAYJOBS_TOKEN", TOKEN)
+    code, out, err = cli("stop", "raysubmit_y", "--wait", "0")  # exit 1: not yet stopped (the fake Ray never ends it)
+    assert "asked 1 job(s) to stop" in err and ("stop", "raysubmit_y") in d.jobs.calls, err

@@ -6,8 +6,8 @@ to Ray's dashboard: :func:`rayjobs.client.connection.connect` gives this instead
 when the target is a login (``rayjobs login``, ``RAYJOBS_URL``). The commands keep their one path:
 ``.queue`` is the :class:`~rayjobs.client.door.Door`; a log is read through ``GET /v1/jobs/{id}/log``
 (the head reads Ray's file locally); the nodes and their use through ``GET /v1/cluster``. What
-only Ray's dashboard could do (stop a Ray job the queue does not know, a node's log file, Ray's
-Jobs SDK) fails in one line (:class:`DoorOnly`, exit 2).
+only Ray's dashboard could do (a node's log file, Ray's
+Jobs SDK, a node's Prometheus endpoints) fails in one line (:class:`DoorOnly`, exit 2).
 """
 
 from __future__ import annotations
@@ -118,7 +118,9 @@ class DoorCluster:
 
     # ------------------------------------------------------------------ what only Ray's dashboard does
     def stop(self, job_id: str) -> bool:
-        raise _needs_dashboard(f"stopping {job_id}, a Ray job the queue does not know,")
+        """Stop a Ray job the queue does not know (the door lets an admin only; a refusal is its one line)."""
+        self.queue.call("POST", f"/jobs/{job_id}/stop")
+        return True
 
     def submit(self, kwargs: Any) -> str:
         raise _needs_dashboard("submitting to Ray's Jobs API directly")
