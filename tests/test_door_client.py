@@ -169,6 +169,8 @@ def test_users_add_prints_the_token_alone_and_the_rest_on_stderr(served: Served,
     assert cli("users", "revoke", "carol")[0] == 0
     monkeypatch.setenv("RAYJOBS_TOKEN", token)
     assert "revoked" in one_line_refusal(*cli("whoami"))
+    assert "revoked" in one_line_refusal(*cli("list"))  # not the local record's rows, exit 0
+    assert "revoked" in one_line_refusal(*cli("logs", "run"))
     monkeypatch.setenv("RAYJOBS_TOKEN", served.door.tokens["alice"])
     assert "only an admin" in one_line_refusal(*cli("users", "add", "eve"))
     assert "only an admin" in one_line_refusal(*cli("users", "list"))

@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 import pytest
 
-from conftest import make_workdir, wait_until
+from conftest import cli_on, make_workdir, wait_until
 from test_door_cluster import Team, add_user, door, status, team  # noqa: F401  (the fixtures, shared)
 
 pytestmark = pytest.mark.cluster
@@ -43,8 +43,15 @@ def one_line(r: subprocess.CompletedProcess) -> str:
 
 
 def test_a_teammate_runs_the_daily_commands_through_the_door_only(door: Any, team: Team, tmp_path: Path) -> None:  # noqa: F811
-    alice, bob = add_user(door, "alice"), add_user(door, "bob")
     work = make_workdir(tmp_path / "work")
+    owner = cli_on(door, "users", "add", "alice", cwd=work)  # the owner's way: the cluster's address and token
+    assert owner.returncode == 0, owner.stderr[-2000:]
+    token = owner.stdout.splitlines()[0]
+    assert owner.stdout == token + "\n" and token.startswith("rj_") and token not in owner.stderr
+    url, fingerprint = f"https://{team.head_ip}:{team.port}", door_fingerprint(owner.stderr)
+    assert f"rayjobs login {url} --fingerprint {fingerprint}" in owner.stderr
+    alice = {"url": url, "fingerprint": fingerprint, "token": token}
+    bob = add_user(door, "bob")
     home = tmp_path / "alice"
 
     def rj(*args: str, **kw: Any) -> subprocess.CompletedProcess:
@@ -84,3 +91,18 @@ def test_a_teammate_runs_the_daily_commands_through_the_door_only(door: Any, tea
     stopped = rj("stop", job_id)
     assert stopped.returncode == 0, stopped.stderr[-2000:]
     wait_until(lambda: status(door, job_id) == "STOPPED", 90, f"{job_id} to stop")
+    again = rj("rerun", job_id, "+fake.steps=2")  # her local record's config, the queue's code snapshot
+    assert again.returncode == 0, again.stderr[-3000:]
+    new_id = again.stdout.split()[0]
+    ended = wait_until(lambda: (st := status(door, new_id)) in ("SUCCEEDED", "FAILED", "STOPPED") and st, 90,
+                       f"{new_id} to end")
+    assert ended == "SUCCEEDED" and json.loads(rj("status", new_id, "--json").stdout)["user"] == "alice"
+
+
+def door_fingerprint(stderr: str) -> str:
+    """The fingerprint ``rayjobs users add`` printed on stderr."""
+    import re
+
+    found = re.search(r"--fingerprint (sha256:[0-9a-f]{64})", stderr)
+    assert found, stderr[-2000:]
+    return found.group(1)

@@ -29,6 +29,12 @@ class PinRefused(RayjobsError):
     """The door showed a certificate other than the pinned one (nothing was sent)."""
 
 
+class Refused(RayjobsError):
+    """The door refused the request (401: no or a revoked token; 403: not this user's to do; 429: blocked).
+    Not a :class:`~rayjobs.errors.ClusterUnreachable`: a read must not fall back to the local record
+    and exit 0 -- the server's one line, exit 2."""
+
+
 def _loopback(host: str) -> bool:
     if host == "localhost":
         return True
@@ -103,6 +109,10 @@ class Door(QueueAPI):
         d.fingerprint = None
         return d
 
+    def error_of(self, status: int, text: str) -> RayjobsError:
+        e = _error(status, text)
+        return Refused(str(e)) if status in (401, 403, 429) else e
+
     def tls_refused(self, e: BaseException) -> RayjobsError:
         if "ingerprint" in str(e):
             return PinRefused(f"the door at {self.url} showed a certificate that is not the pinned one "
@@ -156,7 +166,7 @@ class Door(QueueAPI):
             raise QueueDown(f"the door at {self.url} does not answer ({short_reason(e)})") from e
         with r:
             if r.status_code != 200:
-                raise _error(r.status_code, r.text)
+                raise self.error_of(r.status_code, r.text)
             try:
                 yield from r.iter_content(chunk_size=1 << 16)
             except requests.RequestException as e:
