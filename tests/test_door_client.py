@@ -297,3 +297,19 @@ def test_a_foreign_ray_job_is_listed_and_stopped_by_an_admin_through_the_door(se
     monkeypatch.setenv("RAYJOBS_TOKEN", TOKEN)
     code, out, err = cli("stop", "raysubmit_y", "--wait", "0")  # exit 1: not yet stopped (the fake Ray never ends it)
     assert "asked 1 job(s) to stop" in err and ("stop", "raysubmit_y") in d.jobs.calls, err
+
+
+def test_list_reads_the_jobs_once_through_the_door(served: Served, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rayjobs.client.queueapi import QueueAPI
+
+    d = served.door
+    d.send("alice", "q1")
+    d.jobs.ray["raysubmit_z"] = {"status": "RUNNING", "metadata": {}, "driver_node_id": "n0"}
+    calls: list[Any] = []
+    real = QueueAPI.call
+    monkeypatch.setattr(QueueAPI, "call", lambda self, m, path, **kw: calls.append((m, path)) or real(self, m, path, **kw))
+    monkeypatch.setenv("RAYJOBS_URL", served.http)
+    monkeypatch.setenv("RAYJOBS_TOKEN", d.tokens["vic"])
+    code, out, err = cli("list", "--all", "--json")
+    assert code == 0 and sorted(r["id"] for r in json.loads(out)) == ["q1", "raysubmit_z"], err
+    assert calls.count(("GET", "/jobs")) == 1, calls  # the queue's jobs and the foreign ones in one read

@@ -36,6 +36,7 @@ class DoorCluster:
         self.target = target
         self.address = str(target.address)
         self.queue = Door(self.address, target.token, target.fingerprint, timeout=timeout)
+        self.queue.fold_foreign = True
         self._info: Optional[wire.ClusterInfo] = None
 
     @property
@@ -79,7 +80,11 @@ class DoorCluster:
 
     # ------------------------------------------------------------------ jobs and their logs
     def list_jobs(self, *, include_own: bool = False) -> list[dict[str, Any]]:
-        """The Ray jobs the queue does not know (``GET /v1/jobs?foreign=true``)."""
+        """The Ray jobs the queue does not know (``GET /v1/jobs?foreign=true``): those the queue's list just
+        read (``all_jobs`` asks for the queue's jobs, then these), else asked now."""
+        seen, self.queue.foreign_seen = self.queue.foreign_seen, None
+        if seen is not None:
+            return seen
         return [v for v in self.queue.jobs(foreign="true") if v.get("foreign")]
 
     def job(self, job_id: str) -> dict[str, Any]:

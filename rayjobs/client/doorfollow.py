@@ -101,14 +101,16 @@ class DoorFollower:
         try:
             for _ in range(MAX_STREAMS):
                 try:
+                    # over before this stream opened: the server reads its log to the end, so this is the last
+                    # stream (asked after a stream, bytes written just before the end could be left unread)
+                    over = str((self.door.job(self.job_id) or {}).get("status")) in TERMINAL
                     for chunk in self.door.follow(self.job_id, self.seen):
                         if self._stop.is_set():
                             return
                         self.seen += len(chunk)
                         self._put(chunk)
                     down_since = None
-                    view = self.door.job(self.job_id) or {}
-                    if str(view.get("status")) in TERMINAL:
+                    if over:
                         break
                 except ClusterUnreachable as e:
                     if "does not answer" not in str(e) and "broke off" not in str(e):
