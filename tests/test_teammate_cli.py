@@ -1,7 +1,7 @@
 """A teammate's day with the real CLI, on a real head, from a machine whose only route to the head is
 the door's TLS port (tests/test_door_cluster.py's namespace and head): ``rayjobs login`` with the
 token on stdin and the pinned fingerprint, ``python -m rayjobs.submit`` of the tests' fake job,
-``list``, ``status``, ``logs``, ``whoami``, ``stop`` -- with only the door's URL and alice's token
+``list``, ``status``, ``logs``, ``cluster``, ``whoami``, ``stop``, ``rerun``, ``tail`` -- with only the door's URL and alice's token
 (no cluster token, no Ray dashboard: none is reachable from there). Bob's stop of alice's job is one
 line, exit 2, and her job runs on; a wrong fingerprint is refused and nothing is kept."""
 
@@ -94,9 +94,9 @@ def test_a_teammate_runs_the_daily_commands_through_the_door_only(door: Any, tea
     again = rj("rerun", job_id, "fake.steps=2")  # her local record's config, the queue's code snapshot
     assert again.returncode == 0, again.stderr[-3000:]
     new_id = again.stdout.split()[0]
-    ended = wait_until(lambda: (st := status(door, new_id)) in ("SUCCEEDED", "FAILED", "STOPPED") and st, 90,
-                       f"{new_id} to end")
-    assert ended == "SUCCEEDED" and json.loads(rj("status", new_id, "--json").stdout)["user"] == "alice"
+    followed = rj("tail", new_id)  # followed through the door's log stream until it ends: its exit code
+    assert followed.returncode == 0 and "Total training steps: 2" in followed.stdout, followed.stderr[-2000:]
+    assert status(door, new_id) == "SUCCEEDED" and json.loads(rj("status", new_id, "--json").stdout)["user"] == "alice"
 
 
 def door_fingerprint(stderr: str) -> str:
