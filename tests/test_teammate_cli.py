@@ -96,7 +96,10 @@ def test_a_teammate_runs_the_daily_commands_through_the_door_only(door: Any, tea
     new_id = again.stdout.split()[0]
     followed = rj("tail", new_id)  # followed through the door's log stream until it ends: its exit code
     assert followed.returncode == 0 and "Total training steps: 2" in followed.stdout, followed.stderr[-2000:]
-    assert status(door, new_id) == "SUCCEEDED" and json.loads(rj("status", new_id, "--json").stdout)["user"] == "alice"
+    shown = rj("status", new_id, "--json").stdout
+    assert status(door, new_id) == "SUCCEEDED" and json.loads(shown)["user"] == "alice" and token not in shown
+    kept = [p for p in home.rglob("*") if p.is_file() and token.encode() in p.read_bytes()]
+    assert kept == [home / "login.json"]  # her local record (ledger, runs, configs) never holds the token
 
 
 def door_fingerprint(stderr: str) -> str:
