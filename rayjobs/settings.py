@@ -6,8 +6,8 @@ Settings (storage root, cluster, secrets' names, W&B): :func:`current`, by the o
 
 Address precedence (design §3): ``--address``/``rayjobs.address`` > ``RAY_API_SERVER_ADDRESS`` >
 ``RAY_ADDRESS`` > a team door's login (``RAYJOBS_URL`` + ``RAYJOBS_TOKEN``, else ``rayjobs login``'s
-``$RAYJOBS_HOME/login.json``: :mod:`rayjobs.settingslogin`) > the cluster remembered by ``rayjobs up``/``rayjobs connect`` > the embedded
-local head (started on first use). The address is not a settings-file key: through a tunnel it is
+``$RAYJOBS_HOME/login.json``: :mod:`rayjobs.settingslogin`) > the cluster remembered by
+``rayjobs up``/``rayjobs connect`` > the embedded local head (started on first use). The address is not a settings-file key: through a tunnel it is
 a local port ``connect`` picks, and a fixed cluster's address goes with its token (environment).
 """
 

@@ -1,9 +1,10 @@
 """A teammate's day with the real CLI, on a real head, from a machine whose only route to the head is
 the door's TLS port (tests/test_door_cluster.py's namespace and head): ``rayjobs login`` with the
 token on stdin and the pinned fingerprint, ``python -m rayjobs.submit`` of the tests' fake job,
-``list``, ``status``, ``logs``, ``cluster``, ``whoami``, ``stop``, ``rerun``, ``tail`` -- with only the door's URL and alice's token
-(no cluster token, no Ray dashboard: none is reachable from there). Bob's stop of alice's job is one
-line, exit 2, and her job runs on; a wrong fingerprint is refused and nothing is kept."""
+``list``, ``status``, ``logs``, ``cluster``, ``whoami``, ``stop``, ``rerun``, ``tail`` -- with only the
+door's URL and alice's token (no cluster token, no Ray dashboard: none is reachable from there).
+The owner adds her with the real CLI. Bob's stop of alice's job is one line, exit 2, and her job
+runs on; a wrong fingerprint is refused and nothing is kept; her token is in her login file only."""
 
 from __future__ import annotations
 
@@ -42,7 +43,8 @@ def one_line(r: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
-def test_a_teammate_runs_the_daily_commands_through_the_door_only(door: Any, team: Team, tmp_path: Path) -> None:  # noqa: F811
+def test_a_teammate_runs_the_daily_commands_through_the_door_only(door: Any, team: Team,  # noqa: F811
+                                                                  tmp_path: Path) -> None:
     work = make_workdir(tmp_path / "work")
     owner = cli_on(door, "users", "add", "alice", cwd=work)  # the owner's way: the cluster's address and token
     assert owner.returncode == 0, owner.stderr[-2000:]

@@ -31,7 +31,8 @@ def login(url: str, token: str, fingerprint: Optional[str] = None) -> settingslo
 
     token = token.strip()
     if not token or len(token.split()) != 1:
-        raise ConfigError("no token given: paste the token `rayjobs users add` printed (stdin, the prompt or --token-file)")
+        raise ConfigError("no token given: paste the token `rayjobs users add` printed (stdin, the prompt or "
+                          "--token-file)")
     door = Door(url, token, fingerprint, timeout=30.0)
     me = door.whoami()
     store = door.health().store  # <storage root>/queue/<cluster>: jobs write under that root

@@ -70,7 +70,8 @@ class DoorCluster:
         """The alive nodes as the state API's rows (``node_id``, ``node_ip``, ``is_head_node``, totals, labels)."""
         return [{"node_id": n.node_id, "node_ip": n.ip, "is_head_node": n.is_head, "state": "ALIVE",
                  "labels": dict(n.labels),
-                 "resources_total": {"GPU": n.gpus, "CPU": n.cpus, **{k: v[1] for k, v in n.resources.items() if len(v) == 2}}}
+                 "resources_total": {"GPU": n.gpus, "CPU": n.cpus,
+                                     **{k: v[1] for k, v in n.resources.items() if len(v) == 2}}}
                 for n in self.info().nodes if n.alive]
 
     def resource_use(self) -> dict[str, dict[str, list[float]]]:
@@ -98,7 +99,8 @@ class DoorCluster:
         """A job's whole driver log."""
         return b"".join(self.queue.log(job_id)).decode("utf-8", "replace")
 
-    def iter_log(self, job_id: str, node_id: Any = None, lines: int = -1, max_bytes: Optional[int] = None) -> Iterator[bytes]:
+    def iter_log(self, job_id: str, node_id: Any = None, lines: int = -1,
+                 max_bytes: Optional[int] = None) -> Iterator[bytes]:
         """A job's log as it is now (its last ``lines`` lines; -1: all), in chunks; ``node_id`` unused
         (the head knows where its driver runs)."""
         got = 0
