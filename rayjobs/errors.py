@@ -101,5 +101,5 @@ def run_cli(fn: Callable[[], T]) -> T:
 def fail(message: str, code: int = 2) -> NoReturn:
     """Print a one-line error and exit."""
     first = " ".join(str(message).split())  # one line, whatever the cause contained
-    print(f"error: {first}", file=sys.stderr)
+    print(f"error: {first}", file=sys.stderr, flush=True)
     sys.exit(code)

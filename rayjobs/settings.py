@@ -5,8 +5,9 @@ Settings (storage root, cluster, secrets' names, W&B): :func:`current`, by the o
 ``$RAYJOBS_HOME/settings.yaml`` > the remembered cluster > built-in defaults.
 
 Address precedence (design §3): ``--address``/``rayjobs.address`` > ``RAY_API_SERVER_ADDRESS`` >
-``RAY_ADDRESS`` > the cluster remembered by ``rayjobs up``/``rayjobs connect`` > the embedded
-local head (started on first use). The address is not a settings-file key: through a tunnel it is
+``RAY_ADDRESS`` > a team door's login (``RAYJOBS_URL`` + ``RAYJOBS_TOKEN``, else ``rayjobs login``'s
+``$RAYJOBS_HOME/login.json``: :mod:`rayjobs.settingslogin`) > the cluster remembered by
+``rayjobs up``/``rayjobs connect`` > the embedded local head (started on first use). The address is not a settings-file key: through a tunnel it is
 a local port ``connect`` picks, and a fixed cluster's address goes with its token (environment).
 """
 
@@ -17,6 +18,7 @@ import os
 from pathlib import Path
 from typing import Any, Optional
 
+from rayjobs import settingslogin
 from rayjobs.contract.target import Target
 from rayjobs.errors import ConfigError
 from rayjobs.settingsources import Settings, resolve
@@ -65,7 +67,17 @@ def current() -> Settings:
         ConfigError: a settings file or variable is wrong (unknown key, wrong type, YAML syntax, a
             secret's value): one line naming the file or variable and the key.
     """
-    return resolve(Path.cwd(), os.environ, home(), remembered_cluster())
+    return resolve(Path.cwd(), os.environ, home(), _remembered_or_login())
+
+
+def _remembered_or_login() -> dict[str, Any]:
+    """The remembered cluster's record -- or, when a door's login is the target, its storage root
+    (a teammate's laptop knows the cluster by its door only)."""
+    rec = remembered_cluster()
+    if any(os.environ.get(v) for v in ("RAY_API_SERVER_ADDRESS", "RAY_ADDRESS")):
+        return rec
+    login = settingslogin.load(home(), os.environ)
+    return {**rec, "storage": login.storage} if login is not None and login.storage else rec
 
 
 def _read_token(path: Optional[str]) -> Optional[str]:
@@ -89,6 +101,10 @@ def resolve_target(explicit: Optional[str] = None, explicit_from: str = "--addre
     for var in ("RAY_API_SERVER_ADDRESS", "RAY_ADDRESS"):
         if os.environ.get(var):
             return Target(normalize_address(os.environ[var]), var, token)
+    login = settingslogin.load(home(), os.environ)
+    if login is not None:
+        source = "RAYJOBS_URL" if settingslogin.from_env(os.environ) else "rayjobs login"
+        return Target(login.url, source, login.token, api=login.url, fingerprint=login.fingerprint, door=True)
     rec = remembered_cluster()
     if rec.get("address"):
         token = token or _read_token(rec.get("token_path"))

@@ -6,7 +6,8 @@ from typing import Any
 
 #: Where the address came from (:attr:`rayjobs.settings.Target.source`), in ``rayjobs config``'s words.
 _ADDRESS_SOURCES = {"RAY_API_SERVER_ADDRESS": "env RAY_API_SERVER_ADDRESS", "RAY_ADDRESS": "env RAY_ADDRESS",
-                    "embedded": "default"}
+                    "embedded": "default", "rayjobs login": "rayjobs login (login.json)",
+                    "RAYJOBS_URL": "env RAYJOBS_URL"}
 
 
 def effective_settings() -> dict[str, dict[str, Any]]:

@@ -68,10 +68,11 @@ def stop_jobs(job_ids: Sequence[str] = (), *, sweep: Optional[str] = None, wait:
     if at_checkpoint:
         for i in running:
             _check_saves_checkpoints(i, jobrows.meta(jobs[i]))
-    for line in _redo_lines(d, running, at_checkpoint):
-        say(line)
-    if queued:
+    redo = list(_redo_lines(d, running, at_checkpoint))  # read before the stop: the step each was at
+    if queued:  # a refusal (another's job: 403) is its one line: nothing said before it, nothing changed
         d.queue.stop(queued, mode="checkpoint" if at_checkpoint else "now", timeout_s=timeout)
+    for line in redo:
+        say(line)
     for i in others:
         d.stop(i)
     if live and at_checkpoint:

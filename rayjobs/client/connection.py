@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Optional
+from typing import Any, Optional
 
 from rayjobs import settings
 from rayjobs.client.dashboard import Dashboard, DashboardDown, unreachable_message
@@ -28,7 +28,7 @@ class LocalHeadDown(ClusterUnreachable):
 
 
 def connect(address: Optional[str] = None, *, address_from: str = "--address", quiet: bool = True,
-            start: bool = True) -> Dashboard:
+            start: bool = True) -> Any:
     """A client of the cluster at ``address`` (or the one the settings name), reachable and authorised.
 
     Args:
@@ -39,13 +39,17 @@ def connect(address: Optional[str] = None, *, address_from: str = "--address", q
             in one line, whatever ``quiet``); False (a read): raise :class:`LocalHeadDown` instead.
 
     Returns:
-        The :class:`Dashboard`, its dashboard known to answer (the Jobs SDK is made on first use).
+        The :class:`Dashboard`, its dashboard known to answer (the Jobs SDK is made on first use); for
+        a team's door (``rayjobs login``), a :class:`~rayjobs.client.doorcluster.DoorCluster` (the same
+        calls, through the door only).
 
     Raises:
         ClusterUnreachable: nothing answers there, or it refuses our token (one line, what to run);
         :class:`LocalHeadDown`, with ``start`` False, for a stopped embedded head.
     """
     target = settings.resolve_target(address, address_from)
+    if target.door:
+        return _door(target)
     if target.embedded:
         target = _local_head(quiet, start)
     d = Dashboard(target)
@@ -55,6 +59,15 @@ def connect(address: Optional[str] = None, *, address_from: str = "--address", q
         d.version()
     except DashboardDown as e:
         raise ClusterUnreachable(unreachable_message(target, e)) from e
+    return d
+
+
+def _door(target: settings.Target) -> Any:
+    """The cluster behind a team's door (a login): its client, the door known to answer our token."""
+    from rayjobs.client.doorcluster import DoorCluster
+
+    d = DoorCluster(target)
+    d.queue.health()  # one GET now: a door that is down, a pin that fails, a token refused -> one line here
     return d
 
 

@@ -77,11 +77,21 @@ class QueueAPI:
         try:
             r = self._http.request(method, self.url + wire.PREFIX + path, json=body, params=params, data=data,
                                    headers=headers, timeout=(5.0, self.timeout))
+        except requests.exceptions.SSLError as e:
+            raise self.tls_refused(e) from e
         except requests.RequestException as e:
             raise QueueDown(f"the cluster's queue at {self.url} does not answer ({short_reason(e)})") from e
         if r.status_code not in ok:
-            raise _error(r.status_code, r.text)
+            raise self.error_of(r.status_code, r.text)
         return r.json() if r.content else None
+
+    def error_of(self, status: int, text: str) -> RayjobsError:
+        """The one-line error for an answer of ``status`` (the server's own line)."""
+        return _error(status, text)
+
+    def tls_refused(self, e: BaseException) -> RayjobsError:
+        """The one line for a TLS handshake that failed (a pinned door says more: :mod:`rayjobs.client.door`)."""
+        return QueueDown(f"the cluster's queue at {self.url} does not answer over TLS ({short_reason(e)})")
 
     # ------------------------------------------------------------------ the routes
     def health(self) -> wire.Health:

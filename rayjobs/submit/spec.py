@@ -236,7 +236,7 @@ def _own_metadata(cfg: Any) -> dict[str, Any]:
         "max_retries": str(int(rj.max_retries)),
         "tail": {  # the keys after config_hash and submitted_at, in order
             "kind": str(rj.kind),
-            "user": str(rj.user or _os_user()),
+            "user": str(rj.user or _submitter(rj)),
             "preemptible": "1" if rj.preemptible else "0",
             "preempt_wait_s": f"{float(rj.preempt_wait_s):g}",
             **({} if rj.warm else {"warm": "0"}),  # rayjobs.warm=false (issue 50: rayjobs.oncluster.warmth)
@@ -252,6 +252,19 @@ def _halving(h: Any) -> str:
 
     return Halving(str(h.metric), tuple(int(r) for r in h.rungs), str(h.mode), float(h.keep),
                    bool(h.shuffle)).to_json()
+
+
+def _submitter(rj: Any) -> str:
+    """Who submits: the door's user when a team's door login is the target (a member may queue only
+    as itself), else the OS user."""
+    from rayjobs import settings
+
+    target = settings.resolve_target(str(rj.address) if rj.get("address") else None)
+    if target.door:
+        from rayjobs.client.door import login_user
+
+        return login_user(target) or _os_user()
+    return _os_user()
 
 
 def _os_user() -> str:

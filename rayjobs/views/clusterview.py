@@ -65,6 +65,12 @@ def _use(d: "Dashboard", rows: list[dict[str, Any]]) -> str:
     from rayjobs.client import promscrape
     from rayjobs.views.nodeuse import per_node
 
+    if getattr(d.target, "door", False):  # the head read its nodes' metrics (GET /v1/cluster)
+        info = d.info()
+        by_ip = {n.ip: n.use for n in info.nodes}
+        for r in rows:
+            r["use"] = by_ip.get(str(r["ip"]))
+        return info.metrics or "the head's door"
     gateway = settings.remembered_cluster().get("metrics") if d.target.source.startswith("cluster") else None
     fams, source = promscrape.read_cluster(d, gateway)
     use = per_node(fams)

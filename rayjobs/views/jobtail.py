@@ -94,7 +94,6 @@ def tail(d: "Dashboard", job_id: str, live: Optional[bool] = None, interval: flo
     JSON step records on stdout (:mod:`rayjobs.views.steplog`), ``job_ended`` last; ``lines`` N
     then counts steps (the records from the N-th last step on), -1 = all of them.
     """
-    from rayjobs.client.logstream import LogFollower
     from rayjobs.errors import JobNotFound
     from rayjobs.views import logparse
 
@@ -111,7 +110,7 @@ def tail(d: "Dashboard", job_id: str, live: Optional[bool] = None, interval: flo
     if ended is not None:  # finished, and Ray no longer lists it: its recorded log, then its status
         return _replay(d, job_id, ended, lines, as_json)
     outage = float(os.environ.get("RAYJOBS_TAIL_OUTAGE_S", "300"))
-    follower = LogFollower(d, job_id, interval=interval, outage_s=outage, say=_say)
+    follower = _follower(d, job_id, interval=interval, outage_s=outage, say=_say)
     progress = logparse.Progress()
     view, backlog = _view(job_id, live, as_json, lines, lambda: follower.job)
     try:
@@ -127,7 +126,7 @@ def tail(d: "Dashboard", job_id: str, live: Optional[bool] = None, interval: flo
                 start = _next_run(d, job_id, follower.status, follower.seen, lost)
                 if start is None:
                     break
-                follower = LogFollower(d, job_id, interval=interval, outage_s=outage, say=_say, start=start)
+                follower = _follower(d, job_id, interval=interval, outage_s=outage, say=_say, start=start)
                 backlog = _Backlog(None)
     except KeyboardInterrupt:
         follower.close()
@@ -135,6 +134,16 @@ def tail(d: "Dashboard", job_id: str, live: Optional[bool] = None, interval: flo
              f"Stop it: rayjobs stop {job_id}")
         return DETACHED
     return _ended(d, job_id, follower, progress, view if as_json else None, live)
+
+
+def _follower(d: Any, job_id: str, **kw: Any) -> Any:
+    """The log's follower: Ray's dashboard's stream, or the door's (a cluster reached by its door only)."""
+    make = getattr(d, "follower", None)
+    if make is not None:
+        return make(job_id, **kw)
+    from rayjobs.client.logstream import LogFollower
+
+    return LogFollower(d, job_id, **kw)
 
 
 def _view(job_id: str, live: bool, as_json: bool, lines: Optional[int], job_of: Any) -> tuple[Any, _Backlog]:

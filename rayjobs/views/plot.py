@@ -23,7 +23,13 @@ DEFAULT_METRIC = "critic/score/mean"
 
 def history(dash: Any, job: Any) -> tuple[dict[int, dict[str, float]], str]:
     """(history, source) for one job: the JSONL if readable here, else its log, else (no cluster,
-    no log any more) the copy an ended job left in the local record (``local``)."""
+    no log any more) the copy an ended job left in the local record (``local``); through a team's
+    door, the files as the head reads them (``GET /v1/jobs/{id}/metrics``; a laptop rarely mounts them)."""
+    door = getattr(dash, "door", None)
+    if door is not None:
+        got = door.metrics(str(field(job, "submission_id")))
+        if got.source != "none":
+            return {s.step: s.data for s in got.steps}, "jsonl"
     files = metricfiles.jsonl_files(meta(job).get("run_dir"))
     if files:
         merged = metricfiles.merge_attempts(metricfiles.read_jsonl(f) for f in files)
