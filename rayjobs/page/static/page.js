@@ -1,0 +1,86 @@
+// rayjobs' page: the curves (uPlot) and the followed log. Everything else is htmx attributes.
+"use strict";
+(function () {
+  const COLORS = ["#0b5cad", "#c4432b", "#2a8a3e", "#8250df", "#b08800", "#1b7c83", "#cf222e", "#57606a"];
+  const DASHES = [[], [6, 3], [2, 2], [8, 3, 2, 3]];  // not colour alone: each series its own dash
+
+  function series(names) {
+    return [{ label: "step" }].concat(names.map((n, i) => ({
+      label: n, stroke: COLORS[i % COLORS.length], dash: DASHES[i % DASHES.length],
+      width: 2, spanGaps: true, points: { show: true, size: 4 } })));
+  }
+
+  function plot(el, title, x, names, data, width) {
+    const opts = { title: title, width: width, height: 240, scales: { x: { time: false } }, series: series(names),
+                   axes: [{ label: "step" }, {}] };
+    return new uPlot(opts, [x].concat(data), el);
+  }
+
+  // A job: one small chart per metric shown, updated from the page's metrics route.
+  function jobCurves(el) {
+    const charts = {};
+    const draw = (c) => {
+      const w = Math.max(320, Math.min(640, el.clientWidth / 2 - 16));
+      for (const name of c.shown) {
+        if (!charts[name]) {
+          const box = document.createElement("div");
+          box.className = "chart";
+          el.appendChild(box);
+          charts[name] = plot(box, name, c.x, [name], [c.series[name]], w);
+        } else {
+          charts[name].setData([c.x, c.series[name]]);
+        }
+      }
+      const pts = document.getElementById("points");
+      if (pts) pts.textContent = String(c.x.length);
+    };
+    draw(JSON.parse(document.getElementById("curves-data").textContent));
+    if (el.dataset.live !== "1") return;
+    const tick = () => fetch(el.dataset.src, { credentials: "same-origin" })
+      .then((r) => (r.ok ? r.json() : null)).then((c) => { if (c) draw(c); })
+      .catch(() => {}).finally(() => setTimeout(tick, 2000));
+    setTimeout(tick, 2000);
+  }
+
+  // A job's log from an offset, polled: each answer says the next offset and whether it is over.
+  function followLog(pre) {
+    const KEEP = 200000;
+    let offset = 0;
+    const tick = () => fetch(pre.dataset.src + "?offset=" + offset, { credentials: "same-origin" })
+      .then((r) => {
+        if (!r.ok) return null;
+        const next = parseInt(r.headers.get("X-Rayjobs-Next") || String(offset), 10);
+        const over = r.headers.get("X-Rayjobs-Over") === "1";
+        return r.text().then((t) => ({ t, next, over }));
+      }).then((got) => {
+        if (!got) return setTimeout(tick, 4000);
+        const atEnd = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+        if (got.t) {
+          let text = pre.textContent + got.t;
+          if (text.length > KEEP) text = text.slice(text.length - KEEP);
+          pre.textContent = text;
+          if (atEnd) pre.scrollTop = pre.scrollHeight;
+        }
+        offset = got.next;
+        pre.dataset.offset = String(offset);
+        if (!got.over || got.t) setTimeout(tick, got.t ? 200 : 1500);
+      }).catch(() => setTimeout(tick, 4000));
+    tick();
+  }
+
+  // A sweep: every point's curve of the ranking metric on one chart.
+  function sweepChart(el) {
+    const c = JSON.parse(document.getElementById("sweep-data").textContent);
+    const names = Object.keys(c.series);
+    plot(el, null, c.x, names, names.map((n) => c.series[n]), Math.max(480, Math.min(1100, el.clientWidth)));
+  }
+
+  document.addEventListener("DOMContentLoaded", () => {
+    const curves = document.getElementById("curves");
+    if (curves) jobCurves(curves);
+    const log = document.getElementById("log");
+    if (log) followLog(log);
+    const sweep = document.getElementById("sweep-chart");
+    if (sweep) sweepChart(sweep);
+  });
+})();
