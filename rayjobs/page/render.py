@@ -21,9 +21,9 @@ def environment() -> Environment:
     return env
 
 
-def render(name: str, **context: Any) -> str:
-    """Template ``name`` with ``context`` (``me``, ``csrf`` and ``nav`` default to none)."""
+def render(template: str, /, **context: Any) -> str:
+    """Template ``template`` with ``context`` (``me``, ``csrf`` and ``nav`` default to none)."""
     context.setdefault("me", None)
     context.setdefault("csrf", "")
     context.setdefault("nav", "")
-    return environment().get_template(name).render(**context)
+    return environment().get_template(template).render(**context)

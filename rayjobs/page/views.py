@@ -175,7 +175,7 @@ def sweep_context(views: Sequence[dict[str, Any]], steps: dict[str, list[dict[st
     for v in views:
         by_step = {s["step"]: _finite((s.get("data") or {}).get(rank)) for s in steps.get(v["submission_id"], [])}
         chart["series"][v["submission_id"]] = [by_step.get(x) for x in chart["x"]]
-    return {"keys": keys, "rows": rows, "rank": rank, "rungs": rungs, "chart": chart,
+    return {"swept": keys, "rows": rows, "rank": rank, "rungs": rungs, "chart": chart,
             "halved": [r for r in rows if r["halved"]]}
 
 

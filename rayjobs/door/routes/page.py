@@ -46,10 +46,10 @@ LOG_CHUNK = 256 << 10  #: the most one poll of a followed log sends
 
 
 # --------------------------------------------------------------------------- who
-def page(request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
+def page(request: Request, template: str, code: int = 200, /, **context: Any) -> HTMLResponse:
     """A whole page for the request's identity (its name, role and CSRF token in the header)."""
     s = getattr(request.state, "session", None)
-    return HTMLResponse(render(name, **{"me": request.state.identity, "csrf": s.csrf if s else "", **context}), status)
+    return HTMLResponse(render(template, **{"me": request.state.identity, "csrf": s.csrf if s else "", **context}), code)
 
 
 def logged_out(request: Request) -> Optional[Response]:
