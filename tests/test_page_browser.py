@@ -4,24 +4,30 @@ its door on the loopback of this test process's namespace, as tests/test_door_cl
 clients do): alice logs in and sees the queue with three users' jobs, one waiting with its
 reason; her running job's curve gains points and its log follows; bob finds no stop on her job
 and his forged POST is refused (403) with her job untouched; she stops it at a checkpoint from the
-page; a logged-out browser sees nothing but the login. Screenshots go to docs/img/.
+page; her halving sweep's page shows its halved point at its rung; a logged-out browser sees
+nothing but the login. Screenshots go to docs/img/.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
 
-from clusterops import send_on, wait_until
+from clusterops import send_on, submit_ids, wait_until
 
 pytestmark = pytest.mark.cluster
 CHROMIUM = "/usr/bin/chromium"
 IMG = Path(__file__).parent.parent / "docs" / "img"
 ONE = ("trainer.nnodes=1", "trainer.n_gpus_per_node=1", "+fake.hold_gpus=true")
+#: 3 points, one at a time (one GPU free): the middle one ranks below the first at rung 2 and is halved
+SWEEP = ("-m", "+exp=fake_ppo", *ONE, "rayjobs.user=alice", "+fake.steps=4", "+fake.step_s=0.3", "trainer.save_freq=2",
+         "+fake.score_offset=0.5,0.0,0.4", "rayjobs.halving.metric=critic/score/mean", "rayjobs.halving.rungs=[2]",
+         "rayjobs.halving.keep=0.5", "rayjobs.halving.shuffle=false")
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +79,9 @@ def test_the_page_in_a_browser_on_a_real_head(one_node: Any, workdir: Path, chro
     a = send_on(one_node, *ONE, "rayjobs.user=alice", "trainer.save_freq=3", "+fake.steps=400", "+fake.step_s=0.4")
     b = send_on(one_node, *ONE, "rayjobs.user=bob", "+fake.steps=400", "+fake.step_s=1")
     w = send_on(one_node, *ONE, "rayjobs.user=carol", "+fake.steps=2")
+    points: list[list[str]] = []  # the sweep's submit (a process: Hydra's multirun) while the rest goes on
+    sweeping = threading.Thread(target=lambda: points.append(submit_ids(one_node, *SWEEP, cwd=workdir)))
+    sweeping.start()
     try:
         wait_until(lambda: status(api, a) == "RUNNING" and status(api, b) == "RUNNING", 90, "alice's and bob's jobs to run")
         page = logged_in(chromium, base, alice)
@@ -107,9 +116,19 @@ def test_the_page_in_a_browser_on_a_real_head(one_node: Any, workdir: Path, chro
         page.goto(base + "/team")
         shot(page, "team")
 
+        sweeping.join(120)
+        p = points[0]
+        halved = wait_until(lambda: (v := requests.get(f"{api}/jobs/{p[1]}", timeout=30).json())["halved"] and v,
+                            90, "the sweep's middle point to be halved")
+        page.goto(f"{base}/sweeps/{halved['metadata']['sweep']}")
+        assert "halved at rung 2" in page.inner_text(f'#compare tr[data-job="{p[1]}"]')
+        assert "\u2605" in page.inner_text(f'#compare tr[data-job="{p[0]}"]')
+        shot(page, "sweep")
+
         anon = chromium.new_context().new_page()
         anon.goto(f"{base}/jobs/{a}")
         assert anon.url == base + "/login" and a not in anon.content() and anon.locator("#token").count() == 1
     finally:
-        for j in (a, b, w):
+        sweeping.join(120)
+        for j in (a, b, w, *(points[0] if points else [])):
             requests.post(f"{api}/jobs/{j}/stop", timeout=30)

@@ -10,10 +10,31 @@
       width: 2, spanGaps: true, points: { show: true, size: 4 } })));
   }
 
-  function plot(el, title, x, names, data, width) {
+  const STEPS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000];
+
+  // marks: steps to draw a labelled vertical line at (a sweep's halving rungs)
+  function plot(el, title, x, names, data, width, marks) {
     const opts = { title: title, width: width, height: 240, scales: { x: { time: false } }, series: series(names),
-                   axes: [{ label: "step" }, {}] };
+                   axes: [{ label: "step", incrs: STEPS }, {}], hooks: { draw: [(u) => rungs(u, marks || [])] } };
     return new uPlot(opts, [x].concat(data), el);
+  }
+
+  function rungs(u, marks) {
+    const ctx = u.ctx;
+    ctx.save();
+    ctx.strokeStyle = "#57606a";
+    ctx.fillStyle = "#57606a";
+    ctx.setLineDash([4, 4]);
+    ctx.font = "12px sans-serif";
+    for (const step of marks) {
+      const x = Math.round(u.valToPos(step, "x", true));
+      ctx.beginPath();
+      ctx.moveTo(x, u.bbox.top);
+      ctx.lineTo(x, u.bbox.top + u.bbox.height);
+      ctx.stroke();
+      ctx.fillText("rung " + step, x + 4, u.bbox.top + 14);
+    }
+    ctx.restore();
   }
 
   // A job: one small chart per metric shown, updated from the page's metrics route.
@@ -43,6 +64,8 @@
   }
 
   // A job's log from an offset, polled: each answer says the next offset and whether it is over.
+  // Shown as text (never markup), its ANSI colour codes dropped, its last 200 kB kept.
+  const ANSI = /\x1b\[[0-9;?]*[A-Za-z]/g;
   function followLog(pre) {
     const KEEP = 200000;
     let offset = 0;
@@ -56,7 +79,7 @@
         if (!got) return setTimeout(tick, 4000);
         const atEnd = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
         if (got.t) {
-          let text = pre.textContent + got.t;
+          let text = pre.textContent + got.t.replace(ANSI, "");
           if (text.length > KEEP) text = text.slice(text.length - KEEP);
           pre.textContent = text;
           if (atEnd) pre.scrollTop = pre.scrollHeight;
@@ -72,7 +95,8 @@
   function sweepChart(el) {
     const c = JSON.parse(document.getElementById("sweep-data").textContent);
     const names = Object.keys(c.series);
-    plot(el, null, c.x, names, names.map((n) => c.series[n]), Math.max(480, Math.min(1100, el.clientWidth)));
+    plot(el, null, c.x, names, names.map((n) => c.series[n]), Math.max(480, Math.min(1100, el.clientWidth)),
+         JSON.parse(el.dataset.rungs || "[]"));
   }
 
   document.addEventListener("DOMContentLoaded", () => {
