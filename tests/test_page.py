@@ -243,6 +243,19 @@ def test_the_pages_read_the_queue_and_the_job_log_follows_from_an_offset(door: D
         f.write("three\n")
     r = vic.get("/page/jobs/a-run/log", params={"offset": 8})
     assert r.text == "three\n" and r.headers["X-Rayjobs-Next"] == "14"
+    import threading
+
+    def later() -> None:
+        time.sleep(0.3)
+        with open(log, "a") as f:
+            f.write("four\n")
+
+    threading.Thread(target=later).start()
+    r = vic.get("/page/jobs/a-run/log", params={"offset": 14, "wait": 20})  # a long poll: answered once it grew
+    assert r.text == "four\n" and r.headers["X-Rayjobs-Next"] == "19"
+    r = vic.get("/page/jobs/a-run/log", params={"offset": 19, "wait": 0.5})  # nothing new: empty, the same offset
+    assert r.text == "" and r.headers["X-Rayjobs-Next"] == "19" and r.headers["X-Rayjobs-Over"] == "0"
+    assert vic.get("/page/jobs/a-run/log", params={"wait": 26}).status_code == 422  # bounded
     run_dir = Path(door.svc.records["a-run"].meta.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "metrics.1.jsonl").write_text('{"step": 1, "data": {"critic/score/mean": 0.5}}\n')
@@ -251,3 +264,26 @@ def test_the_pages_read_the_queue_and_the_job_log_follows_from_an_offset(door: D
     assert "a-run" in part and "b-run" not in part and 'hx-trigger="every 3s"' in part
     assert vic.get("/team").status_code == 200 and vic.get("/jobs/ghost").status_code == 404
     assert not [p for p in door.http.get("/v1/openapi.json").json()["paths"] if not p.startswith("/v1/")]
+
+
+def test_the_default_queue_page_built_from_the_line_is_the_one_from_every_view(door: Door) -> None:
+    """The refresh's fast path (views only for the page shown) gives what every job's view gives."""
+    from rayjobs.door.routes.page import _line
+    from rayjobs.oncluster import jobviews
+
+    for i in range(7):
+        door.send(("alice", "bob")[i % 2], f"w{i}", groups=(2,))
+    door.send("bob", "b-done")
+    door.jobs.end("b-run", "SUCCEEDED")
+    door.tick()
+    door.tick()
+    every = jobviews.all_views(door.svc)
+    for user, page, size in (("", 1, 50), ("", 2, 4), ("bob", 1, 3), ("alice", 3, 2), ("nobody", 1, 5)):
+        want = views.queue_context(every, user=user, page=page, size=size, now=NOW)
+        got = _line(door.svc, user, "", page, size)
+        for q in (want, got):
+            for r in q["rows"]:
+                r.pop("since")
+        assert got["rows"] == want["rows"] and got["total"] == want["total"], (user, page, size)
+        assert (got["running"], got["waiting"], got["users"], got["pages"]) == \
+            (want["running"], want["waiting"], want["users"], want["pages"])

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 from rayjobs.contract.halving import Halving
 from rayjobs.views.compare import mark_best, metric_mode, summary, swept
@@ -74,23 +74,52 @@ def _queue_order(v: dict[str, Any]) -> tuple:
 
 def queue_context(views: Sequence[dict[str, Any]], *, user: str = "", sweep: str = "", status: str = "",
                   page: int = 1, size: int = PAGE_SIZE, now: Optional[float] = None) -> dict[str, Any]:
-    """The queue page: running and waiting jobs (``status``: one status, or ``all``), filtered,
-    one page of ``size`` (the page number clipped to those there are)."""
+    """The queue page from every job's view: running and waiting jobs (``status``: one status, or
+    ``all``), filtered, one page of ``size`` (the page number clipped to those there are)."""
     now = time.time() if now is None else now
     want = () if status == "all" else ((status.upper(),) if status else ACTIVE)
     picked = [v for v in views if (not want or v["status"] in want)
               and (not user or (v.get("metadata") or {}).get("user") == user)
               and (not sweep or (v.get("metadata") or {}).get("sweep") == sweep)]
     picked.sort(key=_queue_order)
-    pages = max(1, math.ceil(len(picked) / size))
+    page, pages, start = page_of(len(picked), page, size)
+    metas = [v.get("metadata") or {} for v in views]
+    return _queue_page([queue_row(v, now) for v in picked[start:start + size]], len(picked), page, pages, size,
+                       (sum(v["status"] in ("RUNNING", "PENDING") for v in views),
+                        sum(v["status"] == "QUEUED" for v in views)), metas, {"user": user, "sweep": sweep, "status": status})
+
+
+def line_context(running: Sequence[dict[str, Any]], line: Sequence[Any], view_of: Callable[[Any], dict[str, Any]],
+                 metas: Iterable[dict[str, str]], counts: tuple[int, int], *, user: str = "", sweep: str = "",
+                 page: int = 1, size: int = PAGE_SIZE, now: Optional[float] = None) -> dict[str, Any]:
+    """The queue page's default (running and waiting, filtered by user and sweep already) without
+    every job's view: ``running`` the running jobs' views, ``line`` the waiting ones in line order,
+    of which only those on the page shown are made views (``view_of``): a refresh with 10,000
+    waiting builds 50. ``metas``: every job's metadata (the filters' choices); ``counts``: (running, waiting)."""
+    now = time.time() if now is None else now
+    first = sorted(running, key=_queue_order)
+    page, pages, start = page_of(len(first) + len(line), page, size)
+    lo, hi = max(0, start - len(first)), max(0, start + size - len(first))
+    shown = first[start:start + size] + [view_of(x) for x in line[lo:hi]]
+    return _queue_page([queue_row(v, now) for v in shown], len(first) + len(line), page, pages, size, counts, metas,
+                       {"user": user, "sweep": sweep, "status": ""})
+
+
+def page_of(total: int, page: int, size: int) -> tuple[int, int, int]:
+    """(the page shown, clipped to 1..pages; how many pages; its first row's index)."""
+    pages = max(1, math.ceil(total / size))
     page = min(max(1, page), pages)
-    rows = [queue_row(v, now) for v in picked[(page - 1) * size:page * size]]
-    users = sorted({(v.get("metadata") or {}).get("user") or "" for v in views} - {""})
-    sweeps = sorted({(v.get("metadata") or {}).get("sweep") or "" for v in views} - {""})
-    return {"rows": rows, "total": len(picked), "page": page, "pages": pages, "size": size,
-            "running": sum(v["status"] in ("RUNNING", "PENDING") for v in views),
-            "waiting": sum(v["status"] == "QUEUED" for v in views),
-            "filters": {"user": user, "sweep": sweep, "status": status}, "users": users, "sweeps": sweeps,
+    return page, pages, (page - 1) * size
+
+
+def _queue_page(rows: list[dict[str, Any]], total: int, page: int, pages: int, size: int, counts: tuple[int, int],
+                metas: Iterable[dict[str, str]], filters: dict[str, str]) -> dict[str, Any]:
+    users, sweeps = set(), set()
+    for m in metas:
+        users.add(m.get("user") or "")
+        sweeps.add(m.get("sweep") or "")
+    return {"rows": rows, "total": total, "page": page, "pages": pages, "size": size, "running": counts[0],
+            "waiting": counts[1], "filters": filters, "users": sorted(users - {""}), "sweeps": sorted(sweeps - {""}),
             "statuses": ["", "RUNNING", "PENDING", "QUEUED", "SUCCEEDED", "FAILED", "STOPPED", "all"]}
 
 

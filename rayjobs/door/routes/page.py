@@ -22,6 +22,8 @@ GET    /page/...                     the partial updates and the data the page's
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import time
 from typing import Any, Optional
 from urllib.parse import parse_qs, urlencode
@@ -43,6 +45,8 @@ from rayjobs.page.render import render
 
 router = APIRouter(include_in_schema=False)
 LOG_CHUNK = 256 << 10  #: the most one poll of a followed log sends
+LOG_WAIT_S = 25.0  #: the longest a log poll waits for new bytes
+LOG_POLL_S = 0.25  #: how often it looks meanwhile (a page's log is this far behind the file at most)
 
 
 # --------------------------------------------------------------------------- who
@@ -113,10 +117,49 @@ async def logout(request: Request) -> Response:
 
 
 # --------------------------------------------------------------------------- the queue
-def _queue(request: Request, user: str, sweep: str, status: str, page_no: int) -> dict[str, Any]:
-    q = views.queue_context(jobviews.all_views(ctx(request).svc), user=user, sweep=sweep, status=status, page=page_no)
+def _queue(request: Request, user: str, sweep: str, status: str, page_no: int, whole: bool = True) -> dict[str, Any]:
+    """The queue page's context (``whole``: the page with its filters' choices; else its refresh)."""
+    svc = ctx(request).svc
+    if status:  # any status: every job's view
+        q = views.queue_context(jobviews.all_views(svc), user=user, sweep=sweep, status=status, page=page_no)
+    else:
+        q = _line(svc, user, sweep, page_no, whole=whole)
     filters = {k: v for k, v in q["filters"].items() if v}
     return {"q": q, "pager": urlencode(filters), "qs": urlencode(dict(filters, page=q["page"]))}
+
+
+class _InLine:
+    """The waiting jobs in line order as ``(position, Waiting)``, read only as far as a page needs."""
+
+    def __init__(self, state: Any) -> None:
+        self.state = state
+
+    def __len__(self) -> int:
+        return len(self.state.waiting)
+
+    def __getitem__(self, s: slice) -> list[tuple[int, Any]]:
+        return list(zip(range(s.start + 1, s.stop + 1), itertools.islice(self.state.in_order(), s.start, s.stop)))
+
+
+def _line(svc: Any, user: str, sweep: str, page_no: int, size: int = views.PAGE_SIZE, whole: bool = True) -> dict[str, Any]:
+    """The default queue page (running and waiting) from the queue's state: views only for the page
+    shown; unfiltered, the line is read only up to that page (a refresh at 10,000 waiting: 50 views)."""
+    st = svc.state
+
+    def meta(rec: Any) -> dict[str, str]:
+        return (rec.spec or {}).get("metadata") or {}
+
+    def ok(m: dict[str, str]) -> bool:
+        return (not user or m.get("user") == user) and (not sweep or m.get("sweep") == sweep)
+
+    held = [jobviews.running_view(r) for r in {**st.ending, **st.running}.values()]
+    active = [v for v in held if v["status"] in views.ACTIVE]
+    counts = (sum(v["status"] != "QUEUED" for v in active), len(st.waiting) + sum(v["status"] == "QUEUED" for v in active))
+    line: Any = [(i + 1, w) for i, w in enumerate(st.in_order()) if ok(meta(w.rec))] if user or sweep else _InLine(st)
+    metas = [meta(r) for r in svc.records.values()] if whole else []  # the filters' choices: the whole page only
+    return views.line_context([v for v in active if ok(v["metadata"])], line,
+                              lambda pw: jobviews.waiting_view(svc, pw[1], pw[0]), metas, counts, user=user, sweep=sweep,
+                              page=page_no, size=size)
 
 
 @router.get("/")
@@ -128,7 +171,8 @@ async def queue_page(request: Request, user: str = "", sweep: str = "", status: 
 @router.get("/page/queue")
 async def queue_part(request: Request, user: str = "", sweep: str = "", status: str = "",
                      page_no: int = Query(default=1, alias="page", ge=1)) -> Response:
-    return logged_out(request) or HTMLResponse(render("_queue.html", **_queue(request, user, sweep, status, page_no)))
+    return logged_out(request) or HTMLResponse(render("_queue.html", **_queue(request, user, sweep, status, page_no,
+                                                                              whole=False)))
 
 
 # --------------------------------------------------------------------------- a job
@@ -182,24 +226,35 @@ async def job_curves(request: Request, job_id: str) -> Response:
 
 
 @router.get("/page/jobs/{job_id}/log")
-async def job_log(request: Request, job_id: str, offset: int = Query(default=0, ge=0)) -> Response:
-    """The log from byte ``offset`` (at most :data:`LOG_CHUNK`); ``X-Rayjobs-Next``: the offset to
-    ask next, ``X-Rayjobs-Over``: 1 once the job has ended and this is its end."""
+async def job_log(request: Request, job_id: str, offset: int = Query(default=0, ge=0),
+                  wait: float = Query(default=0.0, ge=0.0, le=LOG_WAIT_S)) -> Response:
+    """The log from byte ``offset`` (at most :data:`LOG_CHUNK`), waiting up to ``wait`` s for bytes
+    (a long poll: an open page costs a request per burst of output, not per second);
+    ``X-Rayjobs-Next``: the offset to ask next, ``X-Rayjobs-Over``: 1 once the job has ended and
+    this is its end."""
     if (out := logged_out(request)) is not None:
         return out
     rj = ctx(request)
     found = await rj.in_io(joblogs.locate, rj.svc, rj.dash, job_id)
     if found is None:
         raise HTTPException(404, f"no job {job_id!r}")
-    if found.path is not None:
-        chunk = await rj.in_io(joblogs.read_at, found.path, offset, LOG_CHUNK)
-    elif found.node_id is not None:
-        chunk = await rj.in_io(_remote_at, rj.dash, found.node_id, job_id, offset)
-    else:
-        chunk = found.text.encode()[offset:offset + LOG_CHUNK]
-    over = not chunk and (joblogs.ended(rj.svc, job_id) or found.kind != "whole")
+    deadline = time.monotonic() + wait
+    for _ in range(int(LOG_WAIT_S / LOG_POLL_S) + 1):  # bounded by the deadline too
+        chunk = await _log_at(rj, found, job_id, offset)
+        over = not chunk and (joblogs.ended(rj.svc, job_id) or found.kind != "whole")
+        if chunk or over or time.monotonic() >= deadline or await request.is_disconnected():
+            break
+        await asyncio.sleep(LOG_POLL_S)
     return Response(chunk, media_type="text/plain; charset=utf-8",
                     headers={"X-Rayjobs-Next": str(offset + len(chunk)), "X-Rayjobs-Over": "1" if over else "0"})
+
+
+async def _log_at(rj: Any, found: Any, job_id: str, offset: int) -> bytes:
+    if found.path is not None:
+        return await rj.in_io(joblogs.read_at, found.path, offset, LOG_CHUNK)
+    if found.node_id is not None:
+        return await rj.in_io(_remote_at, rj.dash, found.node_id, job_id, offset)
+    return found.text.encode()[offset:offset + LOG_CHUNK]
 
 
 def _remote_at(dash: Any, node: str, job_id: str, offset: int) -> bytes:

@@ -59,8 +59,8 @@
     if (el.dataset.live !== "1") return;
     const tick = () => fetch(el.dataset.src, { credentials: "same-origin" })
       .then((r) => (r.ok ? r.json() : null)).then((c) => { if (c) draw(c); })
-      .catch(() => {}).finally(() => setTimeout(tick, 2000));
-    setTimeout(tick, 2000);
+      .catch(() => {}).finally(() => setTimeout(tick, 5000));
+    setTimeout(tick, 5000);
   }
 
   // A job's log from an offset, polled: each answer says the next offset and whether it is over.
@@ -69,7 +69,8 @@
   function followLog(pre) {
     const KEEP = 200000;
     let offset = 0;
-    const tick = () => fetch(pre.dataset.src + "?offset=" + offset, { credentials: "same-origin" })
+    // a long poll: the door answers once there are new bytes (or after 20 s, or at the end)
+    const tick = () => fetch(pre.dataset.src + "?wait=20&offset=" + offset, { credentials: "same-origin" })
       .then((r) => {
         if (!r.ok) return null;
         const next = parseInt(r.headers.get("X-Rayjobs-Next") || String(offset), 10);
@@ -86,7 +87,7 @@
         }
         offset = got.next;
         pre.dataset.offset = String(offset);
-        if (!got.over || got.t) setTimeout(tick, got.t ? 200 : 1500);
+        if (!got.over || got.t) setTimeout(tick, got.t ? 1000 : 100);  // at most a second behind, a request a second
       }).catch(() => setTimeout(tick, 4000));
     tick();
   }
