@@ -13,9 +13,8 @@ import time
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 from rayjobs.contract.halving import Halving
-from rayjobs.views.compare import mark_best, metric_mode, summary, swept
-from rayjobs.views.jobfields import groups_in
-from rayjobs.views.panel import fmt_num
+from rayjobs.contract.meta import JobMeta
+from rayjobs.page.ranking import last_best, mark_best, metric_mode, swept
 
 PAGE_SIZE = 50
 ACTIVE = ("RUNNING", "PENDING", "QUEUED")
@@ -31,9 +30,17 @@ def num(v: Any) -> str:
     return fmt_num(float(v)) if isinstance(v, (int, float)) else str(v)
 
 
+def fmt_num(v: float) -> str:
+    """The CLI tables' number format (``rayjobs.views.panel.fmt_num``; the head imports no laptop package)."""
+    a = abs(v)
+    if a and (a < 1e-3 or a >= 1e5):
+        return f"{v:.3g}"
+    return f"{v:.1f}" if a >= 100 else f"{v:.4g}"
+
+
 def gpus_text(meta: dict[str, str]) -> str:
     """GPUs x nodes of a job's groups: ``4 x 2``; ``2+1`` for uneven groups; '-' for none."""
-    groups = groups_in(meta)
+    groups = list(JobMeta.from_ray(meta).gpu_groups)
     if not groups:
         return "-"
     if len(set(groups)) == 1:
@@ -193,7 +200,7 @@ def sweep_context(views: Sequence[dict[str, Any]], steps: dict[str, list[dict[st
         series = [[s["step"], s["data"][rank]] for s in steps.get(jid, []) if _finite((s.get("data") or {}).get(rank)) is not None]
         rows.append({"id": jid, "point": [vals.get(k) or "-" for k in keys], "status": v["status"],
                      "step": max((s["step"] for s in steps.get(jid, [])), default=None),
-                     "metrics": {rank: summary(series, metric_mode(rank))}, "best": False,
+                     "metrics": {rank: last_best(series, metric_mode(rank))}, "best": False,
                      "rungs": v.get("rungs") or {}, "halved": v.get("halved")})
     mark_best(rows, rank)
     for r in rows:
