@@ -68,7 +68,7 @@ def test_no_new_package_cycle() -> None:
     assert not healed, f"a known cycle is gone, take it off KNOWN_CYCLES: {sorted(map(sorted, healed))}"
 
 
-@pytest.mark.parametrize("plane", ["oncluster", "door", "contract", "sim"])
+@pytest.mark.parametrize("plane", ["oncluster", "door", "contract", "sim", "page"])
 def test_the_head_and_the_contract_never_import_the_laptop(plane: str) -> None:
     laptop = {"cli", "api", "views", "submit", "preflight", "provision", "settings", "settingsources"}
     edges = package_edges()
@@ -89,3 +89,13 @@ def test_the_checks_see_a_cycle_when_there_is_one(tmp_path: Path, monkeypatch: p
         (tmp_path / pkg / "m.py").write_text(f"def f():\n    from rayjobs.{other} import m\n")
     monkeypatch.setattr(__import__(__name__), "ROOT", tmp_path)
     assert package_edges() == {"a": {"b"}, "b": {"a"}}
+
+
+def test_every_package_ships() -> None:
+    """Every package of the tree is in pyproject's list (an install that is not editable -- the
+    cluster's image, a wheel -- has only those: ``rayjobs.sim`` was missing)."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT.parent / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(ROOT.parent).parts) for p in ROOT.rglob("__init__.py")}
+    assert found <= listed, sorted(found - listed)

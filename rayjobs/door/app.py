@@ -35,6 +35,9 @@ Identity (:mod:`rayjobs.door.identity`): ``Authorization: Bearer`` with the clus
 owner, an admin) or a user's token; none or an unknown one is 401, an address with a burst of
 failures 429, a permission refused 403 -- checked before anything changes. Every refusal is one
 JSON line, ``{"error": "..."}``; a body over the limit is refused before it is handled.
+
+The team's page (:mod:`rayjobs.door.routes.page`) is served at ``/`` on the same port, with a
+login session cookie instead of the Bearer header; none of it is under ``/v1`` or in the document.
 """
 
 from __future__ import annotations
@@ -101,18 +104,23 @@ def create_app(svc: Any, token: Optional[str], kick: Callable[[], None] = lambda
     from rayjobs.door.audit_trail import AuditTrail
     from rayjobs.door.identity import identify
     from rayjobs.door.routes import ROUTERS
+    from rayjobs.door.routes.page import mount_static
+    from rayjobs.door.sessions import SessionBook
 
     app = FastAPI(title="rayjobs door", version=__version__, openapi_url=None, docs_url=None, redoc_url=None,
                   description=__doc__, dependencies=[Depends(identify)])
     rj = Context(svc, token, kick, io, door_dir=Path(door_dir or Path(svc.store.root) / "door"), dash=dash, url=url,
                  fingerprint=fingerprint)
     app.state.rj = rj
+    app.state.sessions = SessionBook()  #: the page's logins, in this process's memory (a restart logs out)
     for router in ROUTERS:
         app.include_router(router)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _invalid)
     app.add_exception_handler(RequestError, _refused)
     app.add_exception_handler(Exception, _crashed)
+
+    mount_static(app)  # the page's files (rayjobs.page); its routes are page.router's
 
     @app.get(f"{PREFIX}/openapi.json", include_in_schema=False)
     async def openapi() -> Response:

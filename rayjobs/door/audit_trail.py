@@ -29,6 +29,10 @@ _ROUTES = [  # (method, path pattern, action); a group ``t``: the id the path na
     ("POST", rf"^{PREFIX}/users/(?P<t>[^/]+)/revoke$", "users.revoke"),
     ("POST", rf"^{PREFIX}/session$", "session.open"),
     ("DELETE", rf"^{PREFIX}/session$", "session.close"),
+    ("POST", r"^/login$", "session.open"),  # the page's (rayjobs.door.routes.page)
+    ("POST", r"^/logout$", "session.close"),
+    ("POST", r"^/jobs/(?P<t>[^/]+)/stop$", "stop"),
+    ("POST", r"^/jobs/(?P<t>[^/]+)/resume$", "resume"),
 ]
 
 

@@ -6,6 +6,11 @@
 * ``Bearer rj_<id>_<secret>``: that user (:class:`rayjobs.door.users.UserBook`), ``via "token"``.
 * A head whose Ray runs without token auth (no cluster token): a plain request on loopback
   without a rayjobs token is the owner's, as before the door; over TLS (teammates) never.
+* The page (every route outside ``/v1``) with no ``Authorization`` header: its login session's
+  cookie (:mod:`rayjobs.door.sessions`), ``via "session"`` -- while the user and the token it logged
+  in with are valid, with the user's role as it is now; none is no identity (the page shows its
+  login), never a 401 here. The API under ``/v1`` never takes the cookie (a form elsewhere cannot
+  reach it with the browser's session).
 * Anything else is 401 -- no token, an unknown, malformed or revoked one (one answer for all: a
   caller learns nothing about which tokens exist) -- and counts as a failure of its address
   (:mod:`rayjobs.door.limits`): after a burst the address gets 429 for a while. 403 is kept for
@@ -21,7 +26,7 @@ from typing import Any, Optional
 
 from fastapi import Request
 
-from rayjobs.contract.wire import Identity
+from rayjobs.contract.wire import PREFIX, Identity
 from rayjobs.door.permissions import ADMIN, Action, may
 from rayjobs.oncluster.queuerequests import RequestError
 
@@ -59,8 +64,28 @@ def client_addr(request: Request) -> str:
     return request.client.host if request.client else "?"
 
 
-async def identify(request: Request) -> Identity:
-    """The request's identity (kept in ``request.state.identity`` for the routes and the audit).
+def from_session(request: Request) -> Optional[Identity]:
+    """The identity of the page's session cookie (None: no live session; a revoked user's or a
+    revoked token's session is closed). The session itself goes to ``request.state.session``."""
+    book, rj = getattr(request.app.state, "sessions", None), request.app.state.rj
+    sid = request.cookies.get(book.cookie) if book is not None else None
+    s = book.get(sid) if book is not None else None
+    if s is None:
+        return None
+    role = s.role
+    if s.token_id is not None:  # a user's token: still that user's, unrevoked; its role as it is now
+        u = rj.users.get(s.name)
+        if u is None or u.revoked_at is not None or s.token_id not in {t.id for t in u.tokens}:
+            book.close(sid)
+            return None
+        role = u.role
+    request.state.session = s
+    return Identity(s.name, role, "session", s.token_id)  # type: ignore[arg-type]
+
+
+async def identify(request: Request) -> Optional[Identity]:
+    """The request's identity (kept in ``request.state.identity`` for the routes and the audit);
+    None only for a page route without a session (the page answers with its login).
 
     Raises:
         RequestError: 429 (the address is blocked), 401 (no identity).
@@ -71,6 +96,9 @@ async def identify(request: Request) -> Identity:
     if left is not None:
         request.state.audit_skip = True  # one audit line per block (when it starts), not per refusal
         raise RequestError(429, f"too many failed authentications from {addr}: refused for {left:.0f} s more")
+    if not request.url.path.startswith(PREFIX + "/") and "authorization" not in request.headers:
+        request.state.identity = from_session(request)
+        return request.state.identity
     ident, why = resolve(rj, request.headers.get("authorization"), local=request.url.scheme == "http")
     if ident is None:
         blocked = rj.limits.failed(addr)
