@@ -5,7 +5,8 @@ clients do): alice logs in and sees the queue with three users' jobs, one waitin
 reason; her running job's curve gains points and its log follows; bob finds no stop on her job
 and his forged POST is refused (403) with her job untouched; she stops it at a checkpoint from the
 page; her halving sweep's page shows its halved point at its rung; a logged-out browser sees
-nothing but the login. Screenshots go to docs/img/.
+nothing but the login. Screenshots are taken every run (a page that fails to render fails here);
+with ``RAYJOBS_WRITE_SCREENSHOTS=1`` they replace docs/img/'s (else a run leaves the tree as it was).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from clusterops import send_on, submit_ids, wait_until
 pytestmark = pytest.mark.cluster
 CHROMIUM = "/usr/bin/chromium"
 IMG = Path(__file__).parent.parent / "docs" / "img"
+#: Where this run's screenshots go: docs/img/ only when asked (the test's temp dir else).
+SHOTS: dict[str, Path] = {}
 ONE = ("trainer.nnodes=1", "trainer.n_gpus_per_node=1", "+fake.hold_gpus=true")
 #: 3 points, one at a time (one GPU free): the middle one ranks below the first at rung 2 and is halved
 SWEEP = ("-m", "+exp=fake_ppo", *ONE, "rayjobs.user=alice", "+fake.steps=4", "+fake.step_s=0.3", "trainer.save_freq=2",
@@ -68,8 +71,14 @@ def logged_in(chromium: Any, base: str, token: str) -> Any:
 
 
 def shot(page: Any, name: str) -> None:
-    IMG.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(IMG / f"page-{name}.png"))
+    import os
+    import tempfile
+
+    where = IMG if os.environ.get("RAYJOBS_WRITE_SCREENSHOTS") == "1" else SHOTS.setdefault(
+        "dir", Path(tempfile.mkdtemp(prefix="rayjobs-shots-")))
+    where.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(where / f"page-{name}.png"))
+    assert (where / f"page-{name}.png").stat().st_size > 1000, name
 
 
 def test_the_page_in_a_browser_on_a_real_head(one_node: Any, workdir: Path, chromium: Any) -> None:
