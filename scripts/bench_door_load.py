@@ -147,10 +147,15 @@ class Client:
         return r.status_code, time.monotonic() - t0
 
     def run(self, end: float) -> None:
+        think = float(self.spec["think"])
+        if think > 0:  # not all at once
+            time.sleep(min(self.rng.uniform(0, think), max(0.0, end - time.monotonic())))
         for i in range(MAX_REQUESTS):
             if time.monotonic() >= end:
                 break
             self.one(self.pick(), i)
+            if think > 0:  # a person's pause between commands (exponential, mean ``think``)
+                time.sleep(min(self.rng.expovariate(1.0 / think), max(0.0, end - time.monotonic())))
 
 
 def client_main(spec: dict[str, Any]) -> dict[str, Any]:
@@ -287,8 +292,8 @@ def phase_rows(r: dict[str, Any]) -> str:
     """Every phase: its requests/s, reads' p50/p99/max, errors, the queue's CPU, admissions."""
     rows = []
     for p in r["phases"]:
-        where = "Ray's dashboard `GET /api/jobs/`" if p["kind"] == "dashboard" else (
-            "door mix" if p["kind"] == "mix" else "door `GET /v1/jobs`")
+        where = {"dashboard": "Ray's dashboard `GET /api/jobs/`", "mix": "door mix", "list": "door `GET /v1/jobs`",
+                 "stress": "door mix, no pause"}[p["kind"]]
         rx = reactions(p)
         cpu = "-" if p["kind"] == "dashboard" else f"{p['cpu']['pct']:.0f} % ({p['cpu']['top'][0][1]:.0f} %)"
         rows.append((where, p["clients"], f"{p['seconds']:.0f}", f"{p['rps']:.0f}", ms(p["reads"]["p50"]),
@@ -303,18 +308,19 @@ def kind_rows(r: dict[str, Any]) -> str:
     """The mix phases by request kind."""
     rows = []
     for p in r["phases"]:
-        if p["kind"] != "mix":
+        if p["kind"] not in ("mix", "stress"):
             continue
         for k in ("list", "status", "follow", "submit"):
             v = p["kinds"].get(k)
             if v:
-                rows.append((p["clients"], k, v["n"], ms(v["p50"]), ms(v["p99"]), ms(v["max"])))
-    return doc.table(["clients", "request", "n", "p50 ms", "p99 ms", "max ms"], rows, "rlrrrr")
+                rows.append((p["clients"], "no pause" if p["kind"] == "stress" else "mix", k, v["n"], ms(v["p50"]),
+                             ms(v["p99"]), ms(v["max"])))
+    return doc.table(["clients", "phase", "request", "n", "p50 ms", "p99 ms", "max ms"], rows, "rllrrrr")
 
 
 def targets(r: dict[str, Any], a: argparse.Namespace) -> str:
     main = [p for p in r["phases"] if p["clients"] == a.clients and p["kind"] == "mix"][0]
-    rx = [x for p in r["phases"] if p["kind"] == "mix" for x in reactions(p)]
+    rx = [x for p in r["phases"] if p["kind"] in ("mix", "stress") for x in reactions(p)]
     rx_main = reactions(main)
     n_err = sum(main["errors"].values())
     worst = max(rx_main) if rx_main else None
@@ -324,7 +330,7 @@ def targets(r: dict[str, Any], a: argparse.Namespace) -> str:
              doc.met(main["reads"]["p99"], 1.0).replace("missed", "**missed**")),
             (f"admission reaction during it, worst of {len(rx_main)}", "-" if worst is None else f"{worst:.3f} s",
              "≤ 0.1 s", doc.met(worst, 0.1).replace("missed", "**missed**")),
-            (f"admission reaction, every mix phase ({len(rx)}), median", "-" if not rx else f"{median(rx):.3f} s",
+            (f"admission reaction, every mix phase, pauses or none ({len(rx)}), median", "-" if not rx else f"{median(rx):.3f} s",
              "≤ 0.1 s", doc.met(median(rx) if rx else None, 0.1).replace("missed", "**missed**"))]
     return doc.table(["measure", "value", "target", ""], rows, "lrrl")
 
@@ -336,7 +342,7 @@ def profiles(r: dict[str, Any]) -> str:
             prof = p["profile"]
             for part in ("inclusive", "self"):
                 hot = "; ".join(f"`{f}` {share:.0f} %" for f, share in prof[part])
-                out.append(f"- {p['clients']} clients, mix, {part} ({prof['samples'][0][1]:.0f} busy samples): {hot}")
+                out.append(f"- {p['clients']} clients, {p['kind']}, {part} ({prof['samples'][0][1]:.0f} busy samples): {hot}")
     return "\n".join(out) or "- not profiled (`--profile`)"
 
 
@@ -347,7 +353,9 @@ def markdown(r: dict[str, Any], a: argparse.Namespace) -> str:
 One fake-GPU Ray head (1 node x 2 GPUs, the tests' factory) in a private network namespace; its
 door (the queue actor's app on the head's loopback) and Ray's dashboard of the same head, asked by
 N client threads (one `requests` session and connection each, 5 members' tokens made through
-`POST /v1/users`) in a client process of their own, on the same 2-core machine as the head.
+`POST /v1/users`) in a client process of their own, on the same 2-core machine as the head; each
+client pauses a mean {r['think']:g} s (exponential) between requests, as a person or a polling page
+does ("no pause": back to back, a stress test).
 Door mix: `GET /v1/jobs?limit=100000` 45 %, `GET /v1/jobs/ID` 43 %, a followed log
 (`/log/stream?offset=`, the running job's when listed; the head ends a stream after 3 s, latency =
 its answer's head) 10 %, `POST /v1/jobs` of a 1-GPU command job 2 % (waiting behind the chain,
@@ -411,18 +419,19 @@ def phase(c: Any, ctx: dict[str, Any], kind: str, n: int, seconds: float, gpus: 
     """One phase: ``kind`` (mix, list: the door; dashboard: Ray's) with ``n`` clients for ``seconds``;
     admission rounds meanwhile in a mix."""
     spec = {"n": n, "seconds": seconds, "base": ctx["base"], "dash": c.address, "tokens": ctx["tokens"],
-            "ids": ctx["ids"], "code": ctx["code"], "only": {"mix": None}.get(kind, kind), "phase": f"{kind}{n}"}
+            "ids": ctx["ids"], "code": ctx["code"], "only": {"mix": None, "stress": None}.get(kind, kind), "phase": f"{kind}{n}",
+            "think": 0.0 if kind == "stress" else ctx["think"]}
     adm: list[dict[str, Any]] = []
     until = time.monotonic() + seconds
     rounds = threading.Thread(target=lambda: ctx.update(holder=rounds_during(c, ctx["holder"], gpus, until, adm)),
                               daemon=True)
-    if kind == "mix":
+    if kind in ("mix", "stress"):
         rounds.start()
     spy = profile(ctx["pid"], seconds, spy_dir / f"{kind}{n}.raw") if spy_dir else None
     cpu0, t0 = threads_cpu(ctx["pid"]), time.monotonic()
     res = load(spec)
     cpu = cpu_between(cpu0, threads_cpu(ctx["pid"]), time.monotonic() - t0)
-    if rounds.is_alive() or kind == "mix":
+    if rounds.ident is not None:
         rounds.join(timeout=240)
     if res["submitted"]:  # they waited behind the chain; stopped, so every phase starts with the same line
         c.queue().stop(res["submitted"])
@@ -453,20 +462,26 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=60, help="seconds of each phase of the main step")
     ap.add_argument("--sweep", default="10,30", help="client counts before the main step (comma separated)")
     ap.add_argument("--sweep-s", type=float, default=20, help="seconds of each phase of the sweep's steps")
+    ap.add_argument("--think-s", type=float, default=1.0,
+                    help="each client's mean pause between requests (exponential; 0: back to back, a stress test)")
+    ap.add_argument("--stress-s", type=float, default=20,
+                    help="per client count, a mix phase this long with no pause between requests (0: none)")
     ap.add_argument("--profile", action="store_true", help="py-spy the queue actor in each mix phase")
-    a = doc.parse(ap, {"clients": 4, "seconds": 20, "sweep": "2", "sweep_s": 5})
+    a = doc.parse(ap, {"clients": 4, "seconds": 20, "sweep": "2", "sweep_s": 5, "stress_s": 5})
     steps = plan(a)
-    chain = 2 + sum(int(s // 8) + 1 for _, s in steps)
-    r: dict[str, Any] = {"load": [os.getloadavg()[0]], "steps": steps, "phases": []}
+    chain = 2 + sum(int((s + a.stress_s) // 8) + 2 for _, s in steps)
+    r: dict[str, Any] = {"load": [os.getloadavg()[0]], "steps": steps, "phases": [], "think": a.think_s}
     t0 = time.monotonic()
     with session.run("rjdl") as run, run.cluster(((2, 6),), {"RAYJOBS_DOOR_STREAM_S": "3"}) as c:
-        ctx = setup(c, chain)
+        ctx = dict(setup(c, chain), think=a.think_s)
         gpus = sample.GpuSampler(c.gcs, every=0.01)
         try:
             for n, seconds in steps:
-                for kind in ("mix", "list", "dashboard"):
-                    spy_dir = run.root if a.profile and kind == "mix" else None
-                    r["phases"].append(phase(c, ctx, kind, n, seconds, gpus, spy_dir))
+                for kind in ("mix", "list", "dashboard", "stress"):
+                    if kind == "stress" and not a.stress_s:
+                        continue
+                    spy_dir = run.root if a.profile and kind in ("mix", "stress") else None
+                    r["phases"].append(phase(c, ctx, kind, n, a.stress_s if kind == "stress" else seconds, gpus, spy_dir))
         finally:
             gpus.close()
         r["jobs_listed"] = len(c.queue().jobs())
