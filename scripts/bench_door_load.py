@@ -5,6 +5,8 @@ while it lasts.
 One real 1-node fake-GPU Ray head (2 GPUs, the tests' factory) in a private network namespace; the
 door (the queue actor's FastAPI app, on the head's loopback) and Ray's dashboard of that head:
 
+* clients: ``--procs`` processes (4) share the N threads, so no one interpreter's GIL is the
+  bottleneck being measured (a 100-thread client in one process measured mostly itself);
 * setup: the owner (loopback, the test head runs without Ray's token auth) makes 5 members through
   ``POST /v1/users``; alice uploads a tiny code zip once (``PUT /v1/code/KEY``); a chain of fake-verl
   jobs holding both GPUs (priority 10, each waiting behind the one before) is queued as the owner;
@@ -23,11 +25,14 @@ door (the queue actor's FastAPI app, on the head's loopback) and Ray's dashboard
   ``GET /api/jobs/`` of Ray's dashboard (with ``Authorization: Bearer``, as the cluster token would
   be sent; this head does not check it);
 * per phase: errors by status, reads' p50/p99, requests/s, the queue actor's CPU (all its threads and
-  its main thread, the event loop); ``--profile``: ``py-spy record`` (non-blocking) of the queue actor
-  during the mix phase of the largest N, its busiest frames.
+  its busiest, the event loop's), the clients' CPU, and the event-loop thread's state sampled from
+  /proc every 5 ms (running, or waiting in which system call: a loop blocked on a synchronous reply
+  shows as ``futex``, which a profiler of busy samples does not see); ``--profile``: ``py-spy record``
+  (non-blocking) of the queue actor in every mix phase, its busiest frames (inclusive and self).
+* the mix with pauses (``--think-s``, mean 1 s) is the team; ``--stress-s``: the same mix back to back.
 
-    sudo .venv/bin/python scripts/bench_door_load.py [--clients 100] [--seconds 60] [--sweep 10,30]
-                                                   [--sweep-s 20] [--profile]
+    sudo .venv/bin/python scripts/bench_door_load.py [--clients 100] [--seconds 60] [--sweep 10,30,50]
+                                                   [--sweep-s 20] [--stress-s 20] [--think-s 1] [--procs 4] [--profile]
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ from bench import doc, sample, session  # noqa: E402
 from bench.timing import median, pct  # noqa: E402
 
 import bench_backlog  # noqa: E402  (its admission round, reused as it is)
+from door_load_report import READS, markdown  # noqa: E402
 from clusterops import wait_until  # noqa: E402
 
 MEMBERS = ("alice", "bob", "carol", "dave", "erin")
@@ -59,7 +65,6 @@ CHAIN = ["trainer.nnodes=1", "trainer.n_gpus_per_node=2", "+fake.hold_gpus=true"
          "+fake.hold_s=900", "rayjobs.priority=10"]
 MIX = (("list", 45), ("status", 43), ("follow", 10), ("submit", 2))
 LOOP = "import sys, time\nfor i in range(int(sys.argv[1])):\n    print(f'line {i}', flush=True)\n    time.sleep(0.1)\n"
-READS = ("list", "status", "follow")
 MAX_REQUESTS = 100_000  #: per client and phase: the loop is bounded in count as well as in time
 
 
@@ -159,8 +164,9 @@ class Client:
 
 
 def client_main(spec: dict[str, Any]) -> dict[str, Any]:
-    """(the client process) ``spec["n"]`` threads for ``spec["seconds"]``: what they saw, one JSON doc."""
-    clients = [Client(spec, k) for k in range(spec["n"])]
+    """(a client process) a thread for each client of ``spec["ks"]`` for ``spec["seconds"]``: what they
+    saw, one JSON doc."""
+    clients = [Client(spec, k) for k in spec["ks"]]
     start = time.monotonic()
     end = start + spec["seconds"]
     threads = [threading.Thread(target=c.run, args=(end,), daemon=True) for c in clients]
@@ -178,13 +184,38 @@ def client_main(spec: dict[str, Any]) -> dict[str, Any]:
             "alive": sum(t.is_alive() for t in threads)}
 
 
-def load(spec: dict[str, Any]) -> dict[str, Any]:
-    """Run the client process (its own interpreter: its threads' GIL is not this process's)."""
-    r = subprocess.run([sys.executable, __file__, "--client"], input=json.dumps(spec), capture_output=True,
-                       text=True, timeout=spec["seconds"] + 300)
-    if r.returncode != 0:
-        raise RuntimeError(f"the client process failed: {r.stderr[-3000:]}")
-    return json.loads(r.stdout.strip().splitlines()[-1])
+def load(spec: dict[str, Any], procs: int) -> dict[str, Any]:
+    """Run the clients in ``procs`` processes of their own (their threads' GIL is not one
+    interpreter's, nor this process's); what they saw, merged, and their CPU (% of a core)."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    runs = []
+    for j in range(max(1, min(procs, spec["n"]))):
+        p = subprocess.Popen([sys.executable, __file__, "--client"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        p.stdin.write(json.dumps(dict(spec, ks=list(range(j, spec["n"], procs)))))
+        p.stdin.close()
+        p.stdin = None  # written and closed: communicate() below only reads
+        runs.append(p)
+    outs = []
+    for p in runs:
+        out, err = p.communicate(timeout=spec["seconds"] + 300)
+        if p.returncode != 0:
+            raise RuntimeError(f"a client process failed: {err[-3000:]}")
+        outs.append(json.loads(out.strip().splitlines()[-1]))
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    merged: dict[str, Any] = {"wall": max(o["wall"] for o in outs), "lat": {}, "errors": Counter(), "submitted": [],
+                              "alive": sum(o["alive"] for o in outs)}
+    for o in outs:
+        for kind, xs in o["lat"].items():
+            merged["lat"].setdefault(kind, []).extend(xs)
+        merged["errors"].update(o["errors"])
+        merged["submitted"] += o["submitted"]
+    merged["errors"] = dict(merged["errors"])
+    used = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    merged["client_cpu_pct"] = 100 * used / merged["wall"]
+    return merged
 
 
 # --------------------------------------------------------------------------- the head's side
@@ -218,6 +249,40 @@ def profile(pid: int, seconds: float, out: Path) -> Optional[subprocess.Popen]:
     return subprocess.Popen([str(spy), "record", "--pid", str(pid), "--duration", str(int(seconds)), "--rate", "50",
                              "--format", "raw", "--nonblocking", "--output", str(out)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+#: Linux x86-64 system calls a waiting thread sits in (``/proc/PID/task/TID/syscall``'s first field).
+SYSCALLS = {"7": "poll", "232": "epoll_wait", "281": "epoll_pwait", "202": "futex (a lock, the GIL, a reply)",
+            "0": "read", "1": "write", "74": "fsync", "75": "fdatasync", "23": "select", "270": "pselect6"}
+
+
+class LoopSampler:
+    """What one thread (the queue actor's event loop) is doing, sampled from /proc every ``every`` s:
+    running (on a CPU or runnable), or waiting in which system call -- a blocked loop shows here, where
+    a profiler of busy samples does not see it."""
+
+    def __init__(self, pid: int, tid: int, every: float = 0.005) -> None:
+        self.base, self.every, self.seen = Path(f"/proc/{pid}/task/{tid}"), every, Counter()
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+        self._t.start()
+
+    def _run(self) -> None:
+        for _ in range(10_000_000):  # bounded; stopped by close()
+            if self._stop.wait(self.every):
+                return
+            try:
+                state = (self.base / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                call = (self.base / "syscall").read_text().split()[0]
+            except (OSError, IndexError):
+                continue
+            self.seen["running" if state == "R" or call == "running" else SYSCALLS.get(call, f"syscall {call}")] += 1
+
+    def close(self) -> dict[str, float]:
+        self._stop.set()
+        self._t.join(timeout=5)
+        n = sum(self.seen.values()) or 1
+        return {k: round(100.0 * v / n, 1) for k, v in self.seen.most_common(6)}
 
 
 #: Frames every busy stack of a Ray worker has: left out of the summary.
@@ -275,111 +340,6 @@ def summary(res: dict[str, Any]) -> dict[str, Any]:
             "alive": res["alive"]}
 
 
-# --------------------------------------------------------------------------- the doc section
-def ms(x: Optional[float]) -> str:
-    return "-" if x is None or x != x else f"{1000 * x:.0f}"
-
-
-def errs(e: dict[str, int]) -> str:
-    return ", ".join(f"{k} x{v}" for k, v in sorted(e.items())) or "none"
-
-
-def reactions(p: dict[str, Any]) -> list[float]:
-    return [x["react_gpus"] for x in p["adm"] if x.get("react_gpus") is not None]
-
-
-def phase_rows(r: dict[str, Any]) -> str:
-    """Every phase: its requests/s, reads' p50/p99/max, errors, the queue's CPU, admissions."""
-    rows = []
-    for p in r["phases"]:
-        where = {"dashboard": "Ray's dashboard `GET /api/jobs/`", "mix": "door mix", "list": "door `GET /v1/jobs`",
-                 "stress": "door mix, no pause"}[p["kind"]]
-        rx = reactions(p)
-        cpu = "-" if p["kind"] == "dashboard" else f"{p['cpu']['pct']:.0f} % ({p['cpu']['top'][0][1]:.0f} %)"
-        rows.append((where, p["clients"], f"{p['seconds']:.0f}", f"{p['rps']:.0f}", ms(p["reads"]["p50"]),
-                     ms(p["reads"]["p99"]), ms(p["reads"]["max"]), errs(p["errors"]), cpu,
-                     ", ".join(f"{x:.3f}" for x in rx) or "-", f"{p['load']:.1f}"))
-    return doc.table(["phase", "clients", "s", "req/s", "reads p50 ms", "p99 ms", "max ms", "errors",
-                      "queue actor CPU (busiest thread)", "admission: GPUs free -> admitted (s)", "load"],
-                     rows, "lrrrrrrlrll")
-
-
-def kind_rows(r: dict[str, Any]) -> str:
-    """The mix phases by request kind."""
-    rows = []
-    for p in r["phases"]:
-        if p["kind"] not in ("mix", "stress"):
-            continue
-        for k in ("list", "status", "follow", "submit"):
-            v = p["kinds"].get(k)
-            if v:
-                rows.append((p["clients"], "no pause" if p["kind"] == "stress" else "mix", k, v["n"], ms(v["p50"]),
-                             ms(v["p99"]), ms(v["max"])))
-    return doc.table(["clients", "phase", "request", "n", "p50 ms", "p99 ms", "max ms"], rows, "rllrrrr")
-
-
-def targets(r: dict[str, Any], a: argparse.Namespace) -> str:
-    main = [p for p in r["phases"] if p["clients"] == a.clients and p["kind"] == "mix"][0]
-    rx = [x for p in r["phases"] if p["kind"] in ("mix", "stress") for x in reactions(p)]
-    rx_main = reactions(main)
-    n_err = sum(main["errors"].values())
-    worst = max(rx_main) if rx_main else None
-    rows = [(f"errors, {a.clients} clients, {a.seconds:.0f} s mix", f"{n_err} of {main['n']}", "0",
-             "met" if n_err == 0 else "**missed**"),
-            ("reads' p99 (list, status, a follow's first answer)", f"{main['reads']['p99']:.3f} s", "≤ 1 s",
-             doc.met(main["reads"]["p99"], 1.0).replace("missed", "**missed**")),
-            (f"admission reaction during it, worst of {len(rx_main)}", "-" if worst is None else f"{worst:.3f} s",
-             "≤ 0.1 s", doc.met(worst, 0.1).replace("missed", "**missed**")),
-            (f"admission reaction, every mix phase, pauses or none ({len(rx)}), median", "-" if not rx else f"{median(rx):.3f} s",
-             "≤ 0.1 s", doc.met(median(rx) if rx else None, 0.1).replace("missed", "**missed**"))]
-    return doc.table(["measure", "value", "target", ""], rows, "lrrl")
-
-
-def profiles(r: dict[str, Any]) -> str:
-    out = []
-    for p in r["phases"]:
-        if p.get("profile"):
-            prof = p["profile"]
-            for part in ("inclusive", "self"):
-                hot = "; ".join(f"`{f}` {share:.0f} %" for f, share in prof[part])
-                out.append(f"- {p['clients']} clients, {p['kind']}, {part} ({prof['samples'][0][1]:.0f} busy samples): {hot}")
-    return "\n".join(out) or "- not profiled (`--profile`)"
-
-
-def markdown(r: dict[str, Any], a: argparse.Namespace) -> str:
-    load = ", ".join(f"{x:.1f}" for x in r["load"])
-    return f"""## A team's load on the door (issue 47 item 7) — `scripts/bench_door_load.py`
-
-One fake-GPU Ray head (1 node x 2 GPUs, the tests' factory) in a private network namespace; its
-door (the queue actor's app on the head's loopback) and Ray's dashboard of the same head, asked by
-N client threads (one `requests` session and connection each, 5 members' tokens made through
-`POST /v1/users`) in a client process of their own, on the same 2-core machine as the head; each
-client pauses a mean {r['think']:g} s (exponential) between requests, as a person or a polling page
-does ("no pause": back to back, a stress test).
-Door mix: `GET /v1/jobs?limit=100000` 45 %, `GET /v1/jobs/ID` 43 %, a followed log
-(`/log/stream?offset=`, the running job's when listed; the head ends a stream after 3 s, latency =
-its answer's head) 10 %, `POST /v1/jobs` of a 1-GPU command job 2 % (waiting behind the chain,
-stopped after the phase). Meanwhile admission rounds (`bench_backlog.py`'s): a fake-verl job holding
-both GPUs is stopped, the next one's `admitted_at` against the first sample of both GPUs free in
-Ray's view (a driver sampling every 10 ms). Then the same clients doing only the list, on the door
-and on `GET /api/jobs/` of Ray's dashboard (this head runs without Ray's token auth: the bearer is
-sent, not checked). Load average {load} (start, end) on {os.cpu_count()} cores; {r['jobs_listed']} jobs
-in the queue at the end (the chain and the phases' submits); the run took {r['took']:.0f} s.
-
-{targets(r, a)}
-
-{phase_rows(r)}
-
-The mix phases by request:
-
-{kind_rows(r)}
-
-Where the queue actor's time went (py-spy, non-blocking, share of its busy samples):
-
-{profiles(r)}
-"""
-
-
 # --------------------------------------------------------------------------- the run
 def code_zip() -> tuple[str, bytes]:
     from rayjobs.contract import wire
@@ -411,8 +371,22 @@ def setup(c: Any, chain: int) -> dict[str, Any]:
     assert up.status_code in (200, 201), up.text
     ids, _ = jobs.send_points(c, [CHAIN + [f"trainer.total_epochs={k + 1}"] for k in range(chain)], hold_gpus=False)
     wait_until(lambda: bench_backlog.holds_gpus(c, ids[0]), 240, "the chain's first job to hold the GPUs", 0.5)
-    return {"base": base, "tokens": tokens, "code": key, "ids": ids, "holder": ids[0],
-            "pid": c.queue().health().pid}
+    pid = c.queue().health().pid
+    return {"base": base, "tokens": tokens, "code": key, "ids": ids, "holder": ids[0], "pid": pid,
+            "loop_tid": loop_thread(pid, base, tokens[0])}
+
+
+def loop_thread(pid: int, base: str, token: str) -> int:
+    """The queue actor's event-loop thread: its busiest while 200 lists are asked of the door."""
+    import requests
+
+    before = threads_cpu(pid)
+    with requests.Session() as s:
+        for _ in range(200):
+            s.get(base + "/jobs", params={"limit": 100_000}, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    after = threads_cpu(pid)
+    busiest = max(after, key=lambda k: after[k] - before.get(k, 0.0))
+    return int(busiest.rsplit(":", 1)[1])
 
 
 def phase(c: Any, ctx: dict[str, Any], kind: str, n: int, seconds: float, gpus: Any, spy_dir: Optional[Path]) -> dict[str, Any]:
@@ -428,15 +402,16 @@ def phase(c: Any, ctx: dict[str, Any], kind: str, n: int, seconds: float, gpus: 
     if kind in ("mix", "stress"):
         rounds.start()
     spy = profile(ctx["pid"], seconds, spy_dir / f"{kind}{n}.raw") if spy_dir else None
+    loop = LoopSampler(ctx["pid"], ctx["loop_tid"])
     cpu0, t0 = threads_cpu(ctx["pid"]), time.monotonic()
-    res = load(spec)
+    res = load(spec, ctx["procs"])
     cpu = cpu_between(cpu0, threads_cpu(ctx["pid"]), time.monotonic() - t0)
     if rounds.ident is not None:
         rounds.join(timeout=240)
     if res["submitted"]:  # they waited behind the chain; stopped, so every phase starts with the same line
         c.queue().stop(res["submitted"])
     out = dict(summary(res), kind=kind, clients=n, seconds=seconds, cpu=cpu, adm=adm, load=os.getloadavg()[0],
-               submitted=len(res["submitted"]))
+               submitted=len(res["submitted"]), client_cpu=res["client_cpu_pct"], loop=loop.close())
     if spy is not None:
         try:
             spy.wait(timeout=seconds + 60)
@@ -460,20 +435,21 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--clients", type=int, default=100, help="concurrent clients of the main step")
     ap.add_argument("--seconds", type=float, default=60, help="seconds of each phase of the main step")
-    ap.add_argument("--sweep", default="10,30", help="client counts before the main step (comma separated)")
+    ap.add_argument("--sweep", default="10,30,50", help="client counts before the main step (comma separated)")
     ap.add_argument("--sweep-s", type=float, default=20, help="seconds of each phase of the sweep's steps")
     ap.add_argument("--think-s", type=float, default=1.0,
                     help="each client's mean pause between requests (exponential; 0: back to back, a stress test)")
     ap.add_argument("--stress-s", type=float, default=20,
                     help="per client count, a mix phase this long with no pause between requests (0: none)")
+    ap.add_argument("--procs", type=int, default=4, help="client processes the clients are spread over")
     ap.add_argument("--profile", action="store_true", help="py-spy the queue actor in each mix phase")
     a = doc.parse(ap, {"clients": 4, "seconds": 20, "sweep": "2", "sweep_s": 5, "stress_s": 5})
     steps = plan(a)
     chain = 2 + sum(int((s + a.stress_s) // 8) + 2 for _, s in steps)
-    r: dict[str, Any] = {"load": [os.getloadavg()[0]], "steps": steps, "phases": [], "think": a.think_s}
+    r: dict[str, Any] = {"load": [os.getloadavg()[0]], "steps": steps, "phases": [], "think": a.think_s, "procs": a.procs}
     t0 = time.monotonic()
     with session.run("rjdl") as run, run.cluster(((2, 6),), {"RAYJOBS_DOOR_STREAM_S": "3"}) as c:
-        ctx = dict(setup(c, chain), think=a.think_s)
+        ctx = dict(setup(c, chain), think=a.think_s, procs=a.procs)
         gpus = sample.GpuSampler(c.gcs, every=0.01)
         try:
             for n, seconds in steps:
