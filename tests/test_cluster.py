@@ -241,7 +241,8 @@ def test_gpu_use_per_node_from_the_heads_real_metrics_plus_a_gpu_node(cluster: A
     """The embedded head's real exposition, merged with a GPU node's (Ray's names, labels and MiB
     units, as its reporter agent writes them for two H200s), parses into per-node use."""
     from rayjobs.client import promscrape
-    from rayjobs.views.nodeuse import gpu_summary, per_node
+    from rayjobs.client.promscrape import per_node
+    from rayjobs.views.nodeuse import gpu_summary
 
     from rayjobs.client.dashboard import Dashboard
 

@@ -289,22 +289,25 @@ def test_the_default_queue_page_built_from_the_line_is_the_one_from_every_view(d
             (want["running"], want["waiting"], want["users"], want["pages"])
 
 
-def test_the_pages_ranking_gives_compares_answers() -> None:
-    """rayjobs.page.ranking (the head's, on the contract alone) against rayjobs.views.compare (the laptop's)."""
-    from rayjobs.page import ranking
+def test_the_page_and_compare_rank_by_the_contracts_one_rule() -> None:
+    """contract.ranking is compare's rule and the page's (was a copy on each side)."""
+    from rayjobs.contract import ranking
     from rayjobs.views import compare, jobfields, panel
 
+    assert (compare.swept, compare.summary, compare.mark_best) == (ranking.swept, ranking.last_best, ranking.mark_best)
+    assert (views.swept, views.last_best, views.mark_best) == (ranking.swept, ranking.last_best, ranking.mark_best)
     metas = [{"sweep_overrides": '["actor.lr=1e-6", "+x=1"]', "gpu_groups": "[2, 2]"},
              {"sweep_overrides": '["actor.lr=1e-5", "+x=1"]', "gpu_groups": "[1]"}, {"sweep_overrides": "oops"}]
-    assert ranking.swept(metas) == compare.swept(metas) and ranking.swept(metas[:1]) == compare.swept(metas[:1])
-    for name in ("critic/score/mean", "actor/pg_loss"):
-        curve = [[1, 0.5], [2, float("nan")], [3, 0.7], [4, 0.5], [5, 0.6]]
-        assert ranking.last_best(curve, ranking.metric_mode(name)) == compare.summary(curve, compare.metric_mode(name))
+    assert ranking.swept(metas) == (["actor.lr", "x"], [{"actor.lr": "1e-6", "x": "1"}, {"actor.lr": "1e-5", "x": "1"}, {}])
+    assert ranking.swept(metas[:1]) == (["actor.lr", "x"], [{"actor.lr": "1e-6", "x": "1"}])
+    curve = [[1, 0.5], [2, float("nan")], [3, 0.7], [4, 0.5], [5, 0.6]]
+    assert ranking.last_best(curve, compare.metric_mode("critic/score/mean")) == \
+        {"last": 0.6, "last_step": 5, "best": 0.7, "best_step": 3, "mode": "max"}
+    assert ranking.last_best(curve, compare.metric_mode("actor/pg_loss")) == \
+        {"last": 0.6, "last_step": 5, "best": 0.5, "best_step": 1, "mode": "min"}
     rows = [{"metrics": {"m": {"best": b, "mode": "max"} if b is not None else None}, "best": False} for b in (1, 3, 3, None)]
-    twin = [dict(r, metrics=dict(r["metrics"])) for r in rows]
     ranking.mark_best(rows, "m")
-    compare.mark_best(twin, "m")
-    assert [r["best"] for r in rows] == [r["best"] for r in twin] == [False, True, True, False]
+    assert [r["best"] for r in rows] == [False, True, True, False]
     for m in metas:
         assert list(views.JobMeta.from_ray(m).gpu_groups) == jobfields.groups_in(m)
     for v in (0.0, 1e-4, 0.5, 123.456, 2e5, -3.2):

@@ -129,3 +129,59 @@ def read_cluster(d: Any, gateway: Optional[str] = None, timeout: float = 3.0) ->
     if not reached:
         return [], f"none of the {len(eps)} metrics endpoint(s) answered from here (`rayjobs connect` tunnels them)"
     return fams, f"{reached} of {len(eps)} endpoint(s) scraped directly"
+
+
+# --------------------------------------------------------------------------- per node
+# Per-node use from Ray's Prometheus metrics: GPU utilisation and memory, CPU, RAM, network.
+#
+# The names and labels are Ray's own (``dashboard/modules/reporter/reporter_agent.py``, Ray 2.52-2.60):
+# ``ray_node_gpus_utilization`` (percent) and ``ray_node_gram_used`` / ``ray_node_gram_available``
+# (MiB, whatever their HELP text says: Ray divides NVML's bytes by 2**20) per ``GpuIndex``;
+# ``ray_node_cpu_utilization`` (percent), ``ray_node_mem_used`` / ``ray_node_mem_total`` (bytes),
+# ``ray_node_network_send_speed`` / ``ray_node_network_receive_speed`` (bytes/s); each sample carries
+# the node's ``ip``. A node without GPUs (or whose GPUs NVML cannot see) has no GPU samples: its
+# ``gpus`` list is empty, which is not the same as idle GPUs.
+_NODE = {
+    "ray_node_cpu_utilization": "cpu_percent",
+    "ray_node_mem_used": "mem_used",
+    "ray_node_mem_total": "mem_total",
+    "ray_node_network_send_speed": "net_send_bps",
+    "ray_node_network_receive_speed": "net_recv_bps",
+}
+_GPU = {
+    "ray_node_gpus_utilization": "util_percent",
+    "ray_node_gram_used": "mem_used_mib",
+    "ray_node_gram_available": "mem_free_mib",
+}
+
+
+def per_node(families: Iterable[Any]) -> dict[str, dict[str, Any]]:
+    """``{ip: {"cpu_percent", "mem_used", "mem_total", "net_send_bps", "net_recv_bps",
+    "gpus": [{"index", "name", "util_percent", "mem_used_mib", "mem_total_mib"}]}}``.
+
+    ``families`` are parsed metric families (``prometheus_client`` Metric objects, or anything
+    with ``name`` and ``samples`` of ``(name, labels, value)``). The last sample of a series wins.
+    """
+    nodes: dict[str, dict[str, Any]] = {}
+    gpus: dict[tuple[str, str], dict[str, Any]] = {}
+    for fam in families:
+        key, gkey = _NODE.get(fam.name), _GPU.get(fam.name)
+        if not key and not gkey:
+            continue
+        for s in fam.samples:
+            labels, value = s[1], float(s[2])
+            ip = labels.get("ip")
+            if not ip:
+                continue
+            node = nodes.setdefault(ip, {"gpus": []})
+            if key:
+                node[key] = value
+            elif labels.get("GpuIndex") is not None:
+                g = gpus.setdefault((ip, labels["GpuIndex"]), {"index": int(labels["GpuIndex"]),
+                                                               "name": labels.get("GpuDeviceName")})
+                g[gkey] = value
+    for (ip, _), g in sorted(gpus.items(), key=lambda kv: (kv[0][0], kv[1]["index"])):
+        if "mem_used_mib" in g and "mem_free_mib" in g:
+            g["mem_total_mib"] = g["mem_used_mib"] + g.pop("mem_free_mib")
+        nodes[ip]["gpus"].append(g)
+    return nodes

@@ -6,44 +6,9 @@ node's metrics (scraped from inside the cluster's network) -- so the laptop asks
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Optional
+from typing import Any, Optional
 
 from rayjobs.shared import __version__, labels_versions
-
-_NODE = {"ray_node_cpu_utilization": "cpu_percent", "ray_node_mem_used": "mem_used", "ray_node_mem_total": "mem_total",
-         "ray_node_network_send_speed": "net_send_bps", "ray_node_network_receive_speed": "net_recv_bps"}
-_GPU = {"ray_node_gpus_utilization": "util_percent", "ray_node_gram_used": "mem_used_mib",
-        "ray_node_gram_available": "mem_free_mib"}
-
-
-def per_node(families: Iterable[Any]) -> dict[str, dict[str, Any]]:
-    """``{ip: {cpu_percent, mem_used, mem_total, net_send_bps, net_recv_bps, gpus: [{index, name,
-    util_percent, mem_used_mib, mem_total_mib}]}}`` from Ray's metric families (its own names:
-    ``ray_node_gpus_utilization`` percent, ``ray_node_gram_*`` MiB per ``GpuIndex``; every sample
-    carries its node's ``ip``; the last sample of a series wins). A node without GPU samples has
-    an empty ``gpus`` list (not the same as idle GPUs)."""
-    nodes: dict[str, dict[str, Any]] = {}
-    gpus: dict[tuple[str, str], dict[str, Any]] = {}
-    for fam in families:
-        key, gkey = _NODE.get(fam.name), _GPU.get(fam.name)
-        for s in fam.samples if (key or gkey) else ():
-            labels, value = s[1], float(s[2])
-            ip = labels.get("ip")
-            if not ip:
-                continue
-            node = nodes.setdefault(ip, {"gpus": []})
-            if key:
-                node[key] = value
-            elif labels.get("GpuIndex") is not None:
-                g = gpus.setdefault((ip, labels["GpuIndex"]), {"index": int(labels["GpuIndex"]),
-                                                               "name": labels.get("GpuDeviceName")})
-                g[gkey] = value
-    for (ip, _), g in sorted(gpus.items(), key=lambda kv: (kv[0][0], kv[1]["index"])):
-        if "mem_used_mib" in g and "mem_free_mib" in g:
-            g["mem_total_mib"] = g["mem_used_mib"] + g.pop("mem_free_mib")
-        nodes[ip]["gpus"].append(g)
-    return nodes
-
 
 def node_info(n: dict[str, Any], use: dict[str, list[float]], metrics: Optional[dict[str, Any]]) -> dict[str, Any]:
     """One node's :class:`~rayjobs.contract.wire.NodeInfo` from the state API's entry, its resource
@@ -78,7 +43,7 @@ def cluster_info(dash: Any, summary: dict[str, Any], health: dict[str, Any]) -> 
     version = dash.version()
     nodes, use = dash.nodes(), dash.resource_use()
     fams, source = promscrape.read_cluster(dash, None)
-    metrics = per_node(fams)
+    metrics = promscrape.per_node(fams)
     rows = [node_info(n, use.get(str(n.get("node_id")), {}), metrics.get(str(n.get("node_ip"))))
             for n in nodes if str(n.get("state")) == "ALIVE" or n.get("is_head_node")]
     rows.sort(key=lambda r: (not r["is_head"], r["ip"]))

@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 
 from rayjobs.contract.halving import Halving
 from rayjobs.contract.meta import JobMeta
-from rayjobs.page.ranking import last_best, mark_best, metric_mode, swept
+from rayjobs.contract.ranking import last_best, mark_best, metric_mode, swept
 
 PAGE_SIZE = 50
 ACTIVE = ("RUNNING", "PENDING", "QUEUED")

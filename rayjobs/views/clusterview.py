@@ -63,7 +63,7 @@ def view(d: Optional["Dashboard"] = None, address: Optional[str] = None) -> dict
 def _use(d: "Dashboard", rows: list[dict[str, Any]]) -> str:
     """Put each node's GPU/CPU/RAM use from Ray's metrics into its row (``use``); say where from."""
     from rayjobs.client import promscrape
-    from rayjobs.views.nodeuse import per_node
+    from rayjobs.client.promscrape import per_node
 
     if getattr(d.target, "door", False):  # the head read its nodes' metrics (GET /v1/cluster)
         info = d.info()

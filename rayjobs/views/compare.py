@@ -12,14 +12,16 @@ id>`` (an evaluation of that point's checkpoint) gives the point its ``eval`` va
 
 from __future__ import annotations
 
-import math
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional, Sequence
 
+from rayjobs.contract import ranking
+from rayjobs.contract.ranking import mark_best, swept
+from rayjobs.contract.ranking import last_best as summary
 from rayjobs.errors import ConfigError
 from rayjobs.shared import TERMINAL
 from rayjobs.views import jobrows, plot
-from rayjobs.views.jobfields import field, json_list, meta
+from rayjobs.views.jobfields import field, meta
 
 DEFAULT_METRIC = plot.DEFAULT_METRIC
 MODES = ("auto", "max", "min")
@@ -31,9 +33,7 @@ def metric_mode(name: str, mode: str = "auto") -> str:
     """``max`` or ``min`` for ``name``: ``mode`` itself, or (``auto``) min for a loss, else max."""
     if mode not in MODES:
         raise ConfigError(f"mode {mode!r}: one of {', '.join(MODES)}")
-    if mode != "auto":
-        return mode
-    return "min" if "loss" in name.lower() else "max"
+    return mode if mode != "auto" else ranking.metric_mode(name)
 
 
 def val_metrics(names: Sequence[str]) -> list[str]:
@@ -52,33 +52,6 @@ def pick_metrics(logged: Sequence[str], wanted: Sequence[str]) -> tuple[list[str
         return list(dict.fromkeys(wanted)), wanted[0]
     vals = val_metrics(logged)
     return [DEFAULT_METRIC, *vals], (vals[0] if vals else DEFAULT_METRIC)
-
-
-def summary(series: Sequence[Sequence[float]], mode: str) -> Optional[dict[str, Any]]:
-    """Last and best of one curve (``[[step, value], ...]``, step order, finite values only: what
-    :func:`plot.collect` gives); the earliest step on a tie. None for an empty curve."""
-    pts = [(int(s), float(v)) for s, v in series if math.isfinite(float(v))]
-    if not pts:
-        return None
-    pick = max if mode == "max" else min
-    best_step, best = pick(pts, key=lambda p: p[1])  # the first of equal values: the earliest step
-    return {"last": pts[-1][1], "last_step": pts[-1][0], "best": best, "best_step": best_step, "mode": mode}
-
-
-def swept(metas: Sequence[dict[str, str]]) -> tuple[list[str], list[dict[str, str]]]:
-    """(the swept keys, each point's values of them): the sweep overrides (recorded at submit as
-    what differs between the points) that still differ among ``metas``; all of them for one point."""
-    values = []
-    for m in metas:
-        d: dict[str, str] = {}
-        for ov in json_list(m.get("sweep_overrides")):
-            key, _, value = ov.partition("=")
-            d[key.lstrip("+~")] = value
-        values.append(d)
-    keys = list(dict.fromkeys(k for d in values for k in d))
-    if len(values) > 1:
-        keys = [k for k in keys if len({d.get(k) for d in values}) > 1]
-    return keys, values
 
 
 def points(jobs: Sequence[Any]) -> list[tuple[Any, list[str]]]:
@@ -219,18 +192,6 @@ def _row(job: Any, row: dict[str, Any], curve: dict[str, Any], shown: Sequence[s
             "checkpoint_step": ckpt, "checkpoint_dir": ckdir,
             "checkpoint": f"{ckdir}/global_step_{ckpt}" if ckdir and ckpt is not None else None,
             "metrics": metrics, "best": False}
-
-
-def mark_best(rows: Sequence[dict[str, Any]], rank: str) -> None:
-    """``best`` on the row(s) whose best value of ``rank`` is the best of all (every one of a tie);
-    a row without a value of it is never best."""
-    scored = [(r, r["metrics"][rank]) for r in rows if r["metrics"].get(rank)]
-    if not scored:
-        return
-    pick = max if scored[0][1]["mode"] == "max" else min
-    top = pick(s["best"] for _, s in scored)
-    for r, s in scored:
-        r["best"] = s["best"] == top
 
 
 # --------------------------------------------------------------------------- the table

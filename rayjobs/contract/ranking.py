@@ -1,10 +1,7 @@
-"""A sweep's points side by side for the page, by the rules of ``rayjobs compare``
-(:mod:`rayjobs.views.compare`, the laptop's): the swept values (the sweep overrides that differ
-between the points), each curve's last and best value (best: the highest, the lowest for a metric
-whose name says ``loss``; the earliest step on a tie), and the best point(s). Kept here, on the
-contract alone, because the head serves the page and never imports a laptop package; a test holds
-the two to the same answers.
-"""
+"""How a sweep's points are ranked, one rule for ``rayjobs compare`` (the laptop) and the page (the
+head): the swept values (the sweep overrides that differ between the points), each curve's last
+and best value (best: the highest, the lowest for a metric whose name says ``loss``; the earliest
+step on a tie), and the best point(s)."""
 
 from __future__ import annotations
 
