@@ -42,6 +42,17 @@ class Door(Api):
         jobs = [job(i, groups, storage=self.storage, user=user) for i in ids]
         return self.as_[who].post("/v1/jobs", json={"jobs": jobs, "code": self.code})
 
+    def stopped_at_a_checkpoint(self, who: str, job_id: str) -> None:
+        """``who``'s job ``job_id`` ran, saved step 4 and was STOPPED: ready to resume."""
+        self.send(who, job_id)
+        self.tick()
+        ckpt = Path(self.get(job_id)["metadata"]["checkpoint_dir"])
+        ckpt.mkdir(parents=True)
+        (ckpt / "latest_checkpointed_iteration.txt").write_text("4")
+        self.jobs.end(job_id, "STOPPED")
+        self.tick()
+        self.tick()
+
     def audit(self) -> list[dict[str, Any]]:
         return self.http.get("/v1/audit").json()["entries"]
 
@@ -142,14 +153,7 @@ def test_a_member_cannot_stop_resume_or_rerun_anothers_job_and_it_is_untouched(d
 
 
 def test_a_members_own_resume_and_rerun_go_through(door: Door) -> None:
-    door.send("alice", "ok")
-    door.tick()
-    ckpt = Path(door.get("ok")["metadata"]["checkpoint_dir"])
-    ckpt.mkdir(parents=True)
-    (ckpt / "latest_checkpointed_iteration.txt").write_text("4")
-    door.jobs.end("ok", "STOPPED")
-    door.tick()
-    door.tick()
+    door.stopped_at_a_checkpoint("alice", "ok")
     r = door.as_["alice"].post("/v1/jobs/ok/resume", json={})
     assert r.status_code == 201 and r.json()["metadata"]["user"] == "alice"
     assert door.svc.records["ok-r1"].meta.queued_by == "alice"

@@ -266,14 +266,7 @@ def test_plot_reads_a_runs_metrics_through_the_door(served: Served, tmp_path: Pa
 
 def test_resume_through_the_door_and_anothers_resume_is_one_line(served: Served, monkeypatch: pytest.MonkeyPatch) -> None:
     d = served.door
-    d.send("alice", "ok")
-    d.tick()
-    ckpt = Path(d.get("ok")["metadata"]["checkpoint_dir"])
-    ckpt.mkdir(parents=True)
-    (ckpt / "latest_checkpointed_iteration.txt").write_text("4")
-    d.jobs.end("ok", "STOPPED")
-    d.tick()
-    d.tick()
+    d.stopped_at_a_checkpoint("alice", "ok")
     monkeypatch.setenv("RAYJOBS_URL", served.http)
     monkeypatch.setenv("RAYJOBS_TOKEN", d.tokens["bob"])
     assert "ok is alice's job: only alice or an admin may resume it" in one_line_refusal(*cli("resume", "ok"))
