@@ -200,7 +200,9 @@ class FakeGpuCluster:
     def stop(self, timeout: float = 20.0, *, hard: bool = False) -> None:
         """SIGTERM then SIGKILL every PID of this cluster (``hard``: SIGKILL at once, the session's end)."""
         self._queue = None
-        headprocs.terminate(self.pids, 0.0 if hard else timeout, poll=0.2)
+        left = headprocs.terminate(self.pids, 0.0 if hard else timeout, poll=0.2)
+        if hard and left:  # SIGKILL is not an exit: a killed process stays listed until it is reaped
+            headprocs.terminate(self.pids, 10.0, poll=0.1)
 
     # ------------------------------------------------------------------ clients
     def dashboard(self) -> Any:

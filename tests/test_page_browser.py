@@ -128,7 +128,7 @@ def test_the_page_in_a_browser_on_a_real_head(one_node: Any, workdir: Path, chro
         sweeping.join(120)
         p = points[0]
         halved = wait_until(lambda: (v := requests.get(f"{api}/jobs/{p[1]}", timeout=30).json())["halved"] and v,
-                            90, "the sweep's middle point to be halved")
+                            180, "the sweep's middle point to be halved")  # three points, one at a time
         page.goto(f"{base}/sweeps/{halved['metadata']['sweep']}")
         assert "halved at rung 2" in page.inner_text(f'#compare tr[data-job="{p[1]}"]')
         assert "\u2605" in page.inner_text(f'#compare tr[data-job="{p[0]}"]')
