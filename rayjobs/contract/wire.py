@@ -295,6 +295,16 @@ class AuditList:
     total: int  #: entries matching the filters
 
 
+@dataclass
+class PageLink:
+    """``POST /v1/page/link``: a one-time login link to the team's page for the caller (``rayjobs ui``).
+    ``path`` is the door's, with the code (a secret: the page's login until used, once, within
+    ``expires_in`` seconds); the client puts the door's URL before it."""
+
+    path: str
+    expires_in: float
+
+
 # --------------------------------------------------------------------------- the door: what the head reads for the laptop
 @dataclass
 class MetricStep:
