@@ -70,6 +70,9 @@ def test_a_job_shows_its_facts_cause_curves_and_only_the_actions_allowed() -> No
     assert 'value="tok"' in html and '"critic/score/mean": [0.1, 0.2, 0.3]' in html
     bob = render("_job.html", j=views.job_context(run, False, NOW), done="", csrf="tok")
     assert "<form" not in bob and "RUNNING" in bob
+    assert "rayjobs rerun a-f" in html and "rayjobs rerun" not in render(
+        "_job.html", j=views.job_context(failed, False, NOW), done="", csrf="tok")  # another's: no rerun named
+    assert not views.job_context(run, True, NOW)["rerun"]  # running: stop, not rerun
 
 
 def test_a_sweep_marks_its_best_and_shows_the_halved_point_at_its_rung() -> None:
