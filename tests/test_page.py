@@ -194,6 +194,8 @@ def test_logged_out_every_page_is_the_login_and_a_wrong_token_sets_no_cookie(doo
     assert login.status_code == 200 and 'type="password"' in login.text and "a-run" not in login.text
     bad = c.post("/login", data={"token": "rj_00000000_" + "x" * 43})
     assert bad.status_code == 401 and "refused the token" in bad.text and COOKIE not in bad.headers.get("set-cookie", "")
+    [line] = [e["result"] for e in door.audit() if e["path"] == "/login" and e["status"] == 401]
+    assert line.startswith("the door refused the token") and "<" not in line  # its one line, not the page's HTML
     assert c.get("/static/vendor/htmx/htmx.min.js").status_code == 200  # the login page's own files: no login
 
 

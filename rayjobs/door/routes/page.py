@@ -99,11 +99,18 @@ async def login(request: Request) -> Response:
     token = (await form(request)).get("token", "").strip()
     ident, why = resolve(rj, f"Bearer {token}" if token else None, local=request.url.scheme == "http")
     if ident is None:
-        blocked = rj.limits.failed(client_addr(request))
-        if blocked:
-            request.state.audit_note = f"{client_addr(request)} blocked for {blocked:.0f} s after repeated failed authentications"
-        return page(request, "login.html", 401, error=why)
+        return _refused(request, rj, why)
     return _session(request, ident, "logged in to the page")
+
+
+def _refused(request: Request, rj: Any, why: str) -> Response:
+    """A login refused (a wrong token, a dead one-time code): the login page with ``why``, 401 -- audited
+    with that line, and a failed authentication of the address (a burst blocks it: 429)."""
+    blocked = rj.limits.failed(client_addr(request))
+    request.state.audit_result = why
+    if blocked:
+        request.state.audit_note = f"{client_addr(request)} blocked for {blocked:.0f} s after repeated failed authentications"
+    return page(request, "login.html", 401, error=why)
 
 
 def _session(request: Request, ident: Any, how: str) -> Response:
@@ -140,14 +147,10 @@ async def login_once(request: Request, code: str = Query(default="", max_length=
     if entry is not None and entry.token_id is not None:  # its token still that user's, unrevoked
         u = rj.users.get(entry.name)
         if u is None or u.revoked_at is not None or entry.token_id not in {t.id for t in u.tokens}:
-            entry, why = None, f"the token that made this link was revoked: ask an admin for a new one"
+            entry, why = None, "the token that made this link was revoked: ask an admin for a new one"
     if entry is None:
         request.state.identity = None
-        blocked = rj.limits.failed(client_addr(request))
-        request.state.audit_result = why
-        if blocked:
-            request.state.audit_note = f"{client_addr(request)} blocked for {blocked:.0f} s after repeated failed authentications"
-        return page(request, "login.html", 401, error=why)
+        return _refused(request, rj, why)
     request.state.audit_always = True  # a GET that opens a session: audited as the login's POST is
     role = rj.users.get(entry.name).role if entry.token_id is not None else entry.role  # its role as it is now
     return _session(request, wire.Identity(entry.name, role, "session", entry.token_id),  # type: ignore[arg-type]
