@@ -208,7 +208,8 @@ def pages_cpu(base: str, token: str, n: int, seconds: float, job: str) -> dict[s
 def lag_line(lags: list[float]) -> str:
     if not lags:
         return "no stamped line came back"
-    return f"median {statistics.median(lags):.2f} s, max {max(lags):.2f} s over {len(lags)} lines"
+    return (f"median {statistics.median(lags):.2f} s, max {max(lags):.2f} s over {len(lags)} lines "
+            f"({sum(x > 2 for x in lags)} over 2 s)")
 
 
 # --------------------------------------------------------------------------- on a real head (--head)
@@ -287,7 +288,7 @@ def head_report(r: dict[str, Any]) -> None:
         print(f"  {ph['pages']:>2} open pages, {ph['seconds']:.0f} s ({ph['requests']} requests): queue actor "
               f"{ph['cpu']['pct']:.1f} % of a core (busiest thread {ph['cpu']['top'][0][1]:.1f} %); admission "
               f"GPUs free -> admitted: {', '.join(f'{x:.3f}' for x in adm) or '-'} s (max "
-              f"{max(adm, default=float('nan')):.3f}); load {ph['load']:.1f}")
+              f"{max(adm, default=float('nan')):.3f}; {sum(x > 0.1 for x in adm)} over 0.1 s); load {ph['load']:.1f}")
         if ph["pages"]:
             print(f"     a job page's log behind its real driver log: {lag_line(ph['lags'])}")
     print(json.dumps(r))
