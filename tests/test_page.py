@@ -382,3 +382,24 @@ def test_a_link_of_a_revoked_token_or_past_its_minute_logs_no_one_in(door: Door)
     owner = door.http.post("/v1/page/link").json()["path"]  # the cluster's token: its owner, an admin
     c = TestClient(door.app, follow_redirects=False)
     assert c.get(owner).status_code == 303 and "olga (admin)" in c.get("/").text
+
+
+def test_a_long_poll_of_an_unchanged_log_makes_no_trip_to_the_io_pool(door: Door, monkeypatch: pytest.MonkeyPatch) -> None:
+    """20 open pages long-poll their logs 4 times a second each: a stat on the loop says "nothing
+    new" (was a read in the door's I/O pool each time, every hop a wake-up of the queue's loop)."""
+    vic = browser(door, "vic")
+    (Path(door.svc.ray_logs) / "job-driver-a-run.log").write_text("one\n")
+    rj = door.app.state.rj
+    trips: list[str] = []
+    real = type(rj).in_io
+
+    async def counted(self: Any, fn: Any, *args: Any) -> Any:
+        trips.append(getattr(fn, "__name__", str(fn)))
+        return await real(self, fn, *args)
+
+    monkeypatch.setattr(type(rj), "in_io", counted)
+    r = vic.get("/page/jobs/a-run/log", params={"offset": 4, "wait": 1})  # 4+ looks, nothing new
+    assert r.text == "" and r.headers["X-Rayjobs-Next"] == "4"
+    assert trips == ["locate"], trips
+    r = vic.get("/page/jobs/a-run/log", params={"offset": 0})
+    assert r.text == "one\n" and trips[-1] == "read_at"

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import time
 from typing import Any, Optional
 from urllib.parse import parse_qs, urlencode
@@ -303,10 +304,21 @@ async def job_log(request: Request, job_id: str, offset: int = Query(default=0, 
 
 async def _log_at(rj: Any, found: Any, job_id: str, offset: int) -> bytes:
     if found.path is not None:
+        if _size(found.path) <= offset:  # nothing new: no trip to the I/O pool (a long poll looks 4 times a second)
+            return b""
         return await rj.in_io(joblogs.read_at, found.path, offset, LOG_CHUNK)
     if found.node_id is not None:
         return await rj.in_io(_remote_at, rj.dash, found.node_id, job_id, offset)
     return found.text.encode()[offset:offset + LOG_CHUNK]
+
+
+def _size(path: Any) -> int:
+    """The size of a driver log on this node (Ray's session dir, a local disk: a stat on the loop is
+    microseconds); -1 if it cannot be seen now (nothing to read this time)."""
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return -1
 
 
 def _remote_at(dash: Any, node: str, job_id: str, offset: int) -> bytes:
