@@ -111,8 +111,11 @@ class OpenPage:
     def __init__(self, base: str, token: str, job: str, k: int) -> None:
         self.base, self.job, self.k, self.asked = base, job, k, 0
         self.lags: list[float] = []  #: each stamped line's lag behind its log when its poll came back
+        self.errors: dict[str, int] = {}  #: failed requests by kind (a browser retries: so do we)
         self.s = requests.Session()
         self.s.post(base + "/login", data={"token": token}, timeout=30)
+        self.log_s = requests.Session()  # the log's fetch: a connection of its own, as in a browser
+        self.log_s.cookies.update(self.s.cookies)
         self.plan = [("/page/queue", 3.0)] if k % 2 == 0 else [(f"/page/jobs/{job}", 5.0), (f"/page/jobs/{job}/metrics", 5.0)]
 
     def refresh(self, end: float) -> None:
@@ -120,18 +123,19 @@ class OpenPage:
         while time.monotonic() < end:
             for path, every in self.plan:
                 if time.monotonic() >= due[path]:
-                    self.s.get(self.base + path, timeout=30)
+                    self.get(self.s, path, timeout=30)
                     due[path] += every
-                    self.asked += 1
             time.sleep(0.05)
 
     def follow(self, end: float) -> None:
         """The log's long poll (a thread of its own, as the browser's fetch runs beside htmx)."""
         offset, first = 0, True
         while time.monotonic() < end:
-            r = self.s.get(f"{self.base}/page/jobs/{self.job}/log", params={"offset": offset, "wait": 20}, timeout=60)
+            r = self.get(self.log_s, f"/page/jobs/{self.job}/log", params={"offset": offset, "wait": 20}, timeout=60)
             seen = time.time()
-            self.asked += 1
+            if r is None:
+                time.sleep(4.0)  # page.js: the next try 4 s after a failure
+                continue
             offset = int(r.headers.get("X-Rayjobs-Next", offset))
             if r.content and not first:  # the first answer is the backlog from before the page opened
                 self.lags.extend(stamps(r.text, seen))
@@ -140,6 +144,21 @@ class OpenPage:
                 return  # the job ended and its log is read: page.js stops following
             if r.content:
                 time.sleep(1.0)
+
+    def get(self, s: Any, path: str, **kw: Any) -> Any:
+        """One request (counted); None, and an error counted by its kind, if it failed."""
+        self.asked += 1
+        try:
+            r = s.get(self.base + path, **kw)
+        except requests.RequestException as e:
+            kind = f"{path.rsplit('/', 1)[-1]}: {type(e).__name__}"
+            self.errors[kind] = self.errors.get(kind, 0) + 1
+            return None
+        if r.status_code >= 400:
+            kind = f"{path.rsplit('/', 1)[-1]}: HTTP {r.status_code}"
+            self.errors[kind] = self.errors.get(kind, 0) + 1
+            return None
+        return r
 
     def run(self, seconds: float) -> "OpenPage":
         end = time.monotonic() + seconds
@@ -159,7 +178,11 @@ def poll_pages(base: str, token: str, n: int, seconds: float, job: str) -> None:
 
     with concurrent.futures.ThreadPoolExecutor(n) as pool:
         pages = list(pool.map(lambda k: OpenPage(base, token, job, k).run(seconds), range(n)))
-    print(json.dumps({"requests": sum(p.asked for p in pages),
+    errors: dict[str, int] = {}
+    for p in pages:
+        for k, v in p.errors.items():
+            errors[k] = errors.get(k, 0) + v
+    print(json.dumps({"requests": sum(p.asked for p in pages), "errors": errors,
                       "lags": [round(x, 4) for p in pages for x in p.lags]}))
 
 
@@ -255,7 +278,7 @@ def head_phase(c: Any, ctx: dict[str, Any], gpus: Any, n: int, seconds: float, j
     cpu = load.cpu_between(cpu0, load.threads_cpu(ctx["pid"]), time.monotonic() - t0)
     rounds.join(timeout=240)
     out = {"pages": n, "seconds": seconds, "cpu": cpu, "adm": [x["react_gpus"] for x in adm], "load": os.getloadavg()[0],
-           "requests": seen.get("requests", 0), "lags": seen.get("lags", [])}
+           "requests": seen.get("requests", 0), "errors": seen.get("errors", {}), "lags": seen.get("lags", [])}
     print(f"[bench] {n} pages: {json.dumps(out)}", flush=True)
     return out
 
@@ -290,7 +313,8 @@ def head_report(r: dict[str, Any]) -> None:
               f"GPUs free -> admitted: {', '.join(f'{x:.3f}' for x in adm) or '-'} s (max "
               f"{max(adm, default=float('nan')):.3f}; {sum(x > 0.1 for x in adm)} over 0.1 s); load {ph['load']:.1f}")
         if ph["pages"]:
-            print(f"     a job page's log behind its real driver log: {lag_line(ph['lags'])}")
+            print(f"     a job page's log behind its real driver log: {lag_line(ph['lags'])}; errors: "
+                  f"{ph['errors'] or 'none'}")
     print(json.dumps(r))
 
 
@@ -345,7 +369,8 @@ def main() -> None:
     if cpu:
         print(f"  {a.pages} open pages for {a.pages_s:.0f} s ({cpu['requests']} requests): the door's process "
               f"{cpu['busy']:.1f} % of a core (none open: {cpu['idle']:.1f} %)")
-        print(f"  a job page's log behind the line's write (a line a second): {lag_line(cpu['lags'])}")
+        print(f"  a job page's log behind the line's write (a line a second): {lag_line(cpu['lags'])}; errors: "
+              f"{cpu['errors'] or 'none'}")
     print(json.dumps({name: {"median_s": round(m, 4), "max_s": round(w, 4), "bytes": s} for name, (m, w, s) in rows}
                      | ({"pages": {"n": a.pages, "idle_pct": round(cpu["idle"], 2), "open_pct": round(cpu["busy"], 2),
                                    "requests": cpu["requests"], "lags": cpu["lags"]}} if cpu else {})))
