@@ -123,6 +123,7 @@ def test_the_page_in_a_browser_on_a_real_head(one_node: Any, workdir: Path, chro
         assert "at_checkpoint" in page.inner_text("#done")
         wait_until(lambda: status(api, a) == "STOPPED", 60, "alice's job to stop at its checkpoint")
         wait_until(lambda: page.inner_text("#status") == "STOPPED", 20, "the page to show it stopped")
+        assert f"rayjobs rerun {a}" in page.inner_text("#rerun")  # ended, hers: the rerun command named
         page.goto(base + "/team")
         shot(page, "team")
 
