@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
+from rayjobs.contract.status import Status
 from rayjobs.contract.status import TERMINAL
 from rayjobs.errors import ConfigError, RayjobsError
 
@@ -64,7 +65,7 @@ def stop_jobs(job_ids: Sequence[str] = (), *, sweep: Optional[str] = None, wait:
     live = [i for i in jobs if status[i] not in TERMINAL]
     queued = [i for i in live if jobs[i].get("state")]  # the queue's (its views carry a state)
     others = [i for i in live if i not in queued]  # Ray jobs rayjobs did not submit
-    running = [i for i in live if status[i] not in ("QUEUED",)]
+    running = [i for i in live if status[i] != Status.QUEUED]
     if at_checkpoint:
         for i in running:
             _check_saves_checkpoints(i, jobrows.meta(jobs[i]))

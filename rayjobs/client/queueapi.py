@@ -23,6 +23,7 @@ from typing import Any, Callable, Optional, Sequence
 from urllib.parse import urlsplit
 
 from rayjobs.contract import wire
+from rayjobs.contract.status import Status
 from rayjobs.errors import ClusterUnreachable, ConfigError, NoSuchJob, RayjobsError, SubmitError, short_reason
 from rayjobs.shared import ROLE_KEY
 
@@ -214,7 +215,7 @@ def start_refused(d: Any, sid: str) -> Optional[str]:
     """The starter job's last line if it failed (the queue refused to start: its store is another
     live queue's, say), else None -- also where the dashboard cannot say (the wait goes on)."""
     try:
-        if str(d.job(sid).get("status") or "").split(".")[-1] != "FAILED":
+        if Status.of(d.job(sid).get("status")) != Status.FAILED:
             return None
         lines = [ln.strip() for ln in d.logs(sid).splitlines() if ln.strip()]
     except Exception:  # noqa: BLE001

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Optional
 
 from rayjobs import settings
+from rayjobs.contract.status import Status
 from rayjobs.errors import ClusterUnreachable
 from rayjobs.shared import labels_versions
 from rayjobs.views.jobfields import status_of
@@ -128,7 +129,7 @@ def render(v: dict[str, Any]) -> str:
                      f"{gpu_summary(use) if use else '-':<28}{cpu:>5}{ram:>18}")
     lines.extend(_version_lines(v["nodes"]))
     lines.append(f"metrics: {v.get('metrics')}")
-    order = ["RUNNING", "QUEUED", "PENDING", "SUCCEEDED", "FAILED", "STOPPED"]
+    order = [s.value for s in (Status.RUNNING, Status.QUEUED, Status.PENDING, Status.SUCCEEDED, Status.FAILED, Status.STOPPED)]
     jobs = ", ".join(f"{v['jobs'][s]} {s}" for s in order if v["jobs"].get(s)) or "none"
     lines.append(f"jobs: {jobs}")
     for q in v["queue"]:

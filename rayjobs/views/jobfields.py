@@ -10,6 +10,8 @@ import json
 from functools import lru_cache
 from typing import Any, Callable, Optional
 
+from rayjobs.contract.status import word
+
 
 def field(job: Any, name: str, default: Any = None) -> Any:
     """A field of a ``JobDetails`` or of its dict form."""
@@ -30,8 +32,7 @@ def meta(job: Any) -> dict[str, str]:
 
 def status_of(job: Any) -> str:
     """``RUNNING``, ``SUCCEEDED``, ... (the enum's value, or the dict's string)."""
-    s = field(job, "status", "?")
-    return str(getattr(s, "value", s)).split(".")[-1]
+    return word(field(job, "status", "?"), "?")
 
 
 def job_id(job: Any) -> str:

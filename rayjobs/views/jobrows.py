@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Iterable, Optional
 
+from rayjobs.contract.status import NOT_STARTED, Status
 from rayjobs.errors import ConfigError, JobNotFound, did_you_mean
 
 if TYPE_CHECKING:
@@ -124,7 +125,7 @@ def base_row(job: Any, over: Optional[dict[str, Any]] = None) -> dict[str, Any]:
         "sweep": m.get("sweep", "") or None,
         "overrides": overrides,
         "priority": priority,
-        "attempt": 0 if status == "PENDING" or over.get("status") in ("QUEUED", "PENDING") else None,
+        "attempt": 0 if status == Status.PENDING or over.get("status") in NOT_STARTED else None,
         "max_attempts": max_attempts(m),
         "submitted_at": sub,
         "queue_position": over.get("queue_position"),
@@ -204,7 +205,7 @@ def status_text(r: dict[str, Any]) -> str:
 def queue_note(r: dict[str, Any]) -> str:
     """What the queue does with the job, for STATUS: `` (PREEMPTED by X)``, `` (preempted by X: to its
     next checkpoint)``, `` (quota)``, `` (after X)``; empty otherwise."""
-    if r.get("preempted_by") and r.get("status") == "QUEUED":
+    if r.get("preempted_by") and r.get("status") == Status.QUEUED:
         redo = f", redoes {r['redo_steps']}" if r.get("redo_steps") else ""
         return f" (PREEMPTED by {r['preempted_by']}{redo})"
     if r.get("preempting_for"):
@@ -241,7 +242,7 @@ def add_progress(row: dict[str, Any], job: Any, dash: Optional["Dashboard"], lin
         if read is False or (read is None and head_scan):  # Ray no longer serves its log: what was kept of it
             _kept_facts(row, job, tails)
         return row
-    if row["status"] == "QUEUED":
+    if row["status"] == Status.QUEUED:
         return row
     m = meta(job)
     files = metricfiles.jsonl_files(m.get("run_dir"))
@@ -254,7 +255,7 @@ def add_progress(row: dict[str, Any], job: Any, dash: Optional["Dashboard"], lin
                 tails[row["id"]] = raw
             tail = logparse.clean_block(raw.decode("utf-8", "replace"))
             logparse.feed_block(p, tail)
-            if row["status"] == "FAILED":
+            if row["status"] == Status.FAILED:
                 row["error"] = logparse.failure_line(tail)
             if head_scan and not (p.wandb_url and p.total and p.attempt):
                 scan_head(dash, row["id"], node, p)
@@ -275,7 +276,7 @@ def add_progress(row: dict[str, Any], job: Any, dash: Optional["Dashboard"], lin
     row["checkpoint_step"] = p.checkpoint
     if p.failures:  # the runner's one-line causes (rayjobs.oncluster.failurecause), every attempt's
         row["failures"] = list(p.failures)
-    if p.cause and not row.get("cause") and row["status"] == "FAILED":
+    if p.cause and not row.get("cause") and row["status"] == Status.FAILED:
         row["cause"] = p.cause
     row["metrics"] = p.summary()["metrics"]
     row["score"] = p.last.get("critic/score/mean")
@@ -340,11 +341,11 @@ def _log_facts(row: dict[str, Any], p: logparse.Progress, tail: str) -> None:
     row["wandb_url"] = p.wandb_url or row.get("wandb_url")
     if row["step"] is None and p.step is not None:  # no metrics file kept (a plain log's progress only)
         row["step"], row["score"] = p.step, p.last.get("critic/score/mean")
-    if row["status"] == "FAILED":
+    if row["status"] == Status.FAILED:
         row["error"] = logparse.failure_line(tail)
     if p.failures:
         row["failures"] = list(p.failures)
-    if p.cause and not row.get("cause") and row["status"] == "FAILED":
+    if p.cause and not row.get("cause") and row["status"] == Status.FAILED:
         row["cause"] = p.cause
 
 
@@ -381,7 +382,7 @@ def rows(jobs: Iterable[Any], dash: Optional["Dashboard"], progress: bool = True
             list(pool.map(lambda i: add_progress(out[i], jobs[i], dash, tails=tails, log=i in read), todo))
     for r in out:
         if r["attempt"] is None:
-            r["attempt"] = 0 if r["status"] in ("PENDING", "QUEUED") else 1
+            r["attempt"] = 0 if r["status"] in NOT_STARTED else 1
     return list(zip(out, jobs))
 
 

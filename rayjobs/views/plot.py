@@ -90,7 +90,7 @@ def collect(dash: Any, jobs: Sequence[Any], metric_names: Optional[Sequence[str]
     for j, label, (h, src) in zip(jobs, labels(jobs), hists):
         series = {m: [[s, d[m]] for s, d in h.items() if m in d and math.isfinite(d[m])] for m in names}
         out_jobs.append({"id": field(j, "submission_id"), "label": label, "source": src, "series": series,
-                         "steps": len(h), "status": status_of(j).split(".")[-1]})
+                         "steps": len(h), "status": status_of(j)})
     logged = sorted({k for h, _ in hists for d in h.values() for k in d})
     return {"metrics": names, "jobs": out_jobs, "logged": logged}
 

@@ -24,6 +24,7 @@ from collections import deque
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional, TextIO
 
+from rayjobs.contract.status import Status
 from rayjobs.shared import TERMINAL, parse_stamp
 from rayjobs.views import logparse
 
@@ -185,7 +186,7 @@ def log_records(d: "Dashboard", job_id: str, *, tail: Optional[int] = None) -> I
 
     yield from over(chunks(), records, tail)
     if status in TERMINAL:
-        cause = logparse.failure_summary(job, bytes(end)) if status == "FAILED" else None
+        cause = logparse.failure_summary(job, bytes(end)) if status == Status.FAILED else None
         yield records.end(status, cause, ended_at=ended_at(job))
 
 
@@ -200,7 +201,7 @@ def kept_records(row: dict[str, Any], text: str, *, tail: Optional[int] = None) 
     yield from over([logparse.clean_block(text)], records, tail)
     status = str(row.get("status"))
     if row.get("final") and status in TERMINAL:
-        cause = (row.get("cause") or row.get("error") or row.get("message")) if status == "FAILED" else None
+        cause = (row.get("cause") or row.get("error") or row.get("message")) if status == Status.FAILED else None
         yield records.end(status, cause, ended_at=_epoch(row.get("end_time")))
 
 
