@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 from rayjobs.contract.status import Status
 from rayjobs.contract.status import TERMINAL
 from rayjobs.views import logparse, metricfiles
-from rayjobs.views.jobfields import field, meta, status_of
+from rayjobs.views.jobfields import field, job_meta, meta, status_of
 from rayjobs.views.jobrows import add_progress, base_row, scan_head
 
 if TYPE_CHECKING:
@@ -157,7 +157,7 @@ def _metrics_of(dash: Any, job: Any, history: Optional[dict[int, dict[str, float
     """(per-attempt JSONL bodies, where from): the run dir's files if readable here, else the
     history given, else (``from_log``) the log's step lines; (None, None): not read."""
     bodies = []
-    for f in metricfiles.jsonl_files(meta(job).get("run_dir")):
+    for f in metricfiles.jsonl_files(job_meta(job).run_dir or None):
         try:
             bodies.append(f.read_bytes())
         except OSError:

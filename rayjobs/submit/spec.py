@@ -43,6 +43,11 @@ class JobSpec:
     entrypoint_memory: Optional[int] = None
     entrypoint_resources: Optional[Mapping[str, float]] = None
 
+    @property
+    def meta(self) -> JobMeta:
+        """:attr:`metadata` typed (every key is read in :mod:`rayjobs.contract.meta`)."""
+        return JobMeta.from_ray(self.metadata)
+
     def submit_kwargs(self) -> dict[str, Any]:
         """The keyword arguments for ``JobSubmissionClient.submit_job`` (plain dicts, Nones dropped)."""
         return {k: v for k, v in self.to_json().items() if v is not None}

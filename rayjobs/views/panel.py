@@ -11,6 +11,7 @@ import sys
 import time
 from typing import Any, Optional, TextIO
 
+from rayjobs.contract.meta import JobMeta
 from rayjobs.contract.status import TERMINAL, Status
 from rayjobs.views.logparse import Progress, headline
 
@@ -137,14 +138,14 @@ class LiveView:
 
         p, job = self.progress, self.job
         status = str(job.get("status", "?"))
-        meta = job.get("metadata") or {}
+        jm = JobMeta.from_ray(job.get("metadata"))
         head = Text()
         head.append(f" {status} ", style=STATUS_STYLE.get(status, "bold") + " reverse")
         head.append(f"  {self.job_id}", style="bold")
-        if meta.get("sweep_overrides") not in (None, "", "[]"):
-            from rayjobs.views.jobrows import sweep_label
+        if jm.sweep_overrides:
+            from rayjobs.submit.spec import point_label
 
-            head.append(f"  {sweep_label(meta)}", style="dim")
+            head.append(f"  {point_label(list(jm.sweep_overrides))}", style="dim")
         if p.attempt:
             head.append(f"  attempt {p.attempt}")
         if p.cause:

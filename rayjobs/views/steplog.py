@@ -24,6 +24,7 @@ from collections import deque
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional, TextIO
 
+from rayjobs.contract.meta import JobMeta
 from rayjobs.contract.status import Status
 from rayjobs.shared import TERMINAL, parse_stamp
 from rayjobs.views import logparse
@@ -110,8 +111,8 @@ class StepRecords:
     def _base(self, event: str, t: Optional[float], source: str) -> dict[str, Any]:
         if t is None:
             t, source = self.clock(), "read"
-        meta = dict((self.job_of() or {}).get("metadata") or {})
-        return {"ts": iso(t), "ts_source": source, "event": event, "job": self.job_id, "run": meta.get("run"),
+        run = JobMeta.from_ray((self.job_of() or {}).get("metadata")).run or None
+        return {"ts": iso(t), "ts_source": source, "event": event, "job": self.job_id, "run": run,
                 "attempt": self.progress.attempt}
 
 
