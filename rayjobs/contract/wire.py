@@ -12,6 +12,7 @@ answers (:func:`from_json`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
@@ -367,7 +368,7 @@ def from_json(cls: type, doc: Any) -> Any:
     """
     if not isinstance(doc, dict):
         raise ValueError(f"{cls.__name__}: expected an object, got {type(doc).__name__}")
-    hints = typing.get_type_hints(cls)
+    hints = _hints(cls)
     kw = {}
     for f in dataclasses.fields(cls):
         if f.name in doc:
@@ -376,6 +377,11 @@ def from_json(cls: type, doc: Any) -> Any:
         return cls(**kw)
     except TypeError as e:
         raise ValueError(f"{cls.__name__}: {e}") from None
+
+
+@functools.lru_cache(maxsize=None)
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)  # once per class: a list of 100,000 views parses each
 
 
 def _typed(hint: Any, value: Any) -> Any:

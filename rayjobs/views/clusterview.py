@@ -42,8 +42,7 @@ def view(d: Optional["Dashboard"] = None, address: Optional[str] = None) -> dict
     counts: dict[str, int] = {}
     for j in queuestatus.all_jobs(d):
         counts[status_of(j)] = counts.get(status_of(j), 0) + 1
-    queued = [{"id": v["submission_id"], "queue_position": v.get("queue_position"), "reason": v.get("message")}
-              for v in summary.get("line") or []]
+    queued = [{"id": v.submission_id, "queue_position": v.queue_position, "reason": v.message} for v in summary.line]
     rec = settings.remembered_cluster()
     return {
         "name": rec.get("name") if target.source.startswith("cluster") else target.source,
@@ -54,7 +53,7 @@ def view(d: Optional["Dashboard"] = None, address: Optional[str] = None) -> dict
         "gpus_free": sum(r["gpus"] - r["gpus_used"] for r in rows),
         "jobs": counts,
         "queue": queued,
-        "users": summary.get("users") or {},  # GPUs held, jobs running/waiting and the quota, per user (the queue's)
+        "users": summary.users or {},  # GPUs held, jobs running/waiting and the quota, per user (the queue's)
         "metrics": metrics,
         "client_versions": (mine := _client_versions()),
         "warnings": version_warnings(mine, rows),
