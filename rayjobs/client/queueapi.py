@@ -126,7 +126,7 @@ class QueueAPI:
 
     def jobs(self, **filters: Any) -> list[dict[str, Any]]:
         """:meth:`views` as dicts (the views read them beside Ray's job dicts): declared fields only."""
-        return [wire.to_json(v) for v in self.views(**filters)]
+        return [dict(vars(v)) for v in self.views(**filters)]  # (a JobView nests no wire object)
 
     def view(self, job_id: str) -> Optional[wire.JobView]:
         """One job's view, or None if the queue has no record of it."""
@@ -138,7 +138,7 @@ class QueueAPI:
     def job(self, job_id: str) -> Optional[dict[str, Any]]:
         """:meth:`view` as a dict (declared fields only), or None."""
         v = self.view(job_id)
-        return None if v is None else wire.to_json(v)
+        return None if v is None else dict(vars(v))
 
     def stop(self, ids: Sequence[str], *, mode: str = "now", timeout_s: float = 3600.0) -> list[wire.StopOutcome]:
         doc = self.call("POST", "/jobs/stop", body={"ids": list(ids), "mode": mode, "timeout_s": float(timeout_s)})
