@@ -83,7 +83,7 @@ def run(c: Composed, *, dashboard: Optional["Dashboard"] = None, say: Any = None
     d = dashboard or connect(rj.address, address_from="rayjobs.address", quiet=False)
     points = named_points(all_jobs(d), tokens)
     prepared = plan(points, extra, address=rj.address, dry_run=bool(rj.dry_run))
-    sweeps = sorted({str(m.get("sweep")) for _, m in points if m.get("sweep")})
+    sweeps = sorted({JobMeta.from_ray(m).sweep for _, m in points} - {""})
     scores = f"rayjobs compare --sweep {sweeps[0]}" if len(sweeps) == 1 else "rayjobs compare --sweep S"
     if rj.dry_run:
         from rayjobs.preflight import checks
