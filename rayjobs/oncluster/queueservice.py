@@ -319,7 +319,7 @@ class QueueService:
         for job_id in [i for i, (_, f) in self._settling.items() if f.done()]:
             r, f = self._settling.pop(job_id)
             self.state.ending.pop(job_id, None)
-            self._settle(r, [], f.result() if f.exception() is None else {})  # ({}: not asked again, on the loop)
+            self._settle(r, [], (f.result() or {}) if f.exception() is None else {})  # ({}: not asked again, on the loop)
 
     def _submitted(self, got: Submitted) -> None:
         r = self.state.running.get(got.id)
