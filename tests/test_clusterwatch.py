@@ -131,7 +131,8 @@ def test_the_reader_thread_reads_at_once_on_a_change_and_sleeps_once_not_asked(t
     _wait(lambda: watch.reads >= 1)
     watch.ask(running)  # the running set moved: read now, not in 10 s
     _wait(lambda: watch.reads >= 2)
-    assert watch.newest().n == 2 and watch.newest().read_for("a", running["a"]) and len(woken) == 2
+    got = watch.newest()
+    assert got.asked == 2 and got.read_for("a", running["a"]) and len(woken) == 2  # woken by what was new only
     time.sleep(0.5)
     reads = watch.reads
     time.sleep(0.3)

@@ -6,8 +6,9 @@ GCS there (what is free per node, the placement groups, each running job's drive
 request behind it, and under load the tick waited behind the requests (issue 47 item 7). Now the
 tick *asks* (:meth:`ClusterWatch.ask`: a copy of what the reader needs of each running job) and
 uses the newest reading (:meth:`ClusterWatch.newest`); the thread reads at once when the running set
-changed, else every :data:`READ_EVERY_S` (:data:`FAST_EVERY_S` just after a job ended) while the tick
-keeps asking, and wakes the loop when a reading says something new.
+changed, else every :data:`READ_EVERY_S` (:data:`FAST_EVERY_S` just after a job ended, and for
+:data:`MOVED_S` after the cluster moved: GPUs freed a moment before the trainer's drivers are marked
+dead) while the tick keeps asking, and wakes the loop when a reading says something new.
 
 Why a reading may be older than the tick that uses it, and still safe: a reading is one consistent
 look (free GPUs and what each job placed, taken together); the queue drops a running job's
@@ -30,7 +31,8 @@ from typing import Any, Callable, Mapping, Optional
 from rayjobs.oncluster.clusterstate import Observed
 
 READ_EVERY_S = 0.05  #: while jobs wait, a reading this often (and at once when the running set moved)
-FAST_EVERY_S = 0.02  #: the same, just after a job ended (the tick says so)
+FAST_EVERY_S = 0.02  #: the same, just after a job ended (the tick says so) or the cluster moved
+MOVED_S = 1.0  #: after a reading that differed from the one before, this long at the fast cadence
 LINGER_S = 1.0  #: the thread reads on this long after the tick last asked, then sleeps until asked
 
 
@@ -49,12 +51,13 @@ class JobLook:
 @dataclass(frozen=True)
 class Reading:
     """One reading: ``n`` counts readings (1, 2, ...), ``asked`` the ask it was read after,
-    ``of`` the running entries it was read for (job id -> entry)."""
+    ``of`` the running entries it was read for (job id -> entry), ``at`` when it began (epoch s)."""
 
     n: int
     asked: int
     seen: Observed
     of: Mapping[str, Any] = field(default_factory=dict)
+    at: float = 0.0
 
     def read_for(self, job_id: str, entry: Any) -> bool:
         """Whether this reading's part of ``job_id`` was read for that very entry."""
@@ -74,7 +77,8 @@ class Inline:
     def ask(self, running: Mapping[str, Any], fast: bool = False) -> None:
         """Read now, for these running jobs."""
         n = (self._newest.n if self._newest else 0) + 1
-        self._newest = Reading(n, n, self.reader.observe(running), dict(running))
+        at = time.time()
+        self._newest = Reading(n, n, self.reader.observe(running), dict(running), at)
 
     def newest(self) -> Optional[Reading]:
         return self._newest
@@ -90,6 +94,7 @@ class ClusterWatch:
         self._cv = threading.Condition()
         self._asks, self._key, self._looks = 0, None, {}
         self._asked_at, self._fast = float("-inf"), False
+        self._moved_until = float("-inf")  #: (monotonic) read at the fast cadence until then
         self._newest: Optional[Reading] = None
         self._wake: Callable[[], None] = lambda: None
         self._thread: Optional[threading.Thread] = None
@@ -125,7 +130,8 @@ class ClusterWatch:
                 if now - self._asked_at > self.linger_s:
                     self._cv.wait()
                     continue
-                due = read_at + (self.fast_s if self._fast else self.every_s) - now
+                fast = self._fast or now < self._moved_until
+                due = read_at + (self.fast_s if fast else self.every_s) - now
                 if due <= 0:
                     break
                 self._cv.wait(due)
@@ -135,7 +141,7 @@ class ClusterWatch:
         done, read_at = 0, float("-inf")
         while True:
             asked, looks = self._next(done, read_at)
-            read_at = time.monotonic()
+            read_at, at = time.monotonic(), time.time()
             try:
                 seen = self.reader.observe(looks)
             except Exception as e:  # noqa: BLE001 (the GCS did not answer: the next reading tries again)
@@ -144,8 +150,11 @@ class ClusterWatch:
                 continue
             self.reads += 1
             last = self._newest
-            self._newest = Reading((last.n if last else 0) + 1, asked, seen, {i: k.of for i, k in looks.items()})
-            if last is None or asked != done or seen != last.seen:
+            self._newest = Reading((last.n if last else 0) + 1, asked, seen, {i: k.of for i, k in looks.items()}, at)
+            moved = last is None or seen != last.seen
+            if moved:
+                self._moved_until = time.monotonic() + MOVED_S
+            if moved or asked != done:
                 try:
                     self._wake()
                 except Exception:  # noqa: BLE001 (the loop is closing)

@@ -266,11 +266,18 @@ class QueueService:
             r = running.get(job_id)
             if r is not None and not r.ending and got.read_for(job_id, r):
                 r.ending = True
+                self.events.append((round(got.at, 4), "trainer gone (read)", job_id))  # (the benchmarks' breakdown)
+                self.note("trainer left", job_id)
                 self.reaping.trainer_left(job_id)
                 early = self.reaping.early.get(job_id)
                 if early is not None:  # its reap's return opens the GPU gate: tick then, not at the next turn
-                    early.add_done_callback(lambda _f: self.wake())
+                    early.add_done_callback(lambda _f, i=job_id: self._reaped_early(i))
                 self._fast_until = time.monotonic() + FAST_POLL_S
+
+    def _reaped_early(self, job_id: str) -> None:
+        """(A pool thread) a trainer's early reap returned: the loop ticks now."""
+        self.note("early reap returned", job_id)
+        self.wake()
 
     def _prune(self) -> None:
         if self._pruning is not None and self._pruning.done():
