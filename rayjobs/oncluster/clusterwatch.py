@@ -103,7 +103,7 @@ class ClusterWatch:
     def start(self, wake: Callable[[], None]) -> None:
         """Start the thread (once); ``wake`` is called from it when a reading says something new."""
         self._wake = wake
-        if self._thread is None:
+        if self._thread is None or not self._thread.is_alive():
             self._thread = threading.Thread(target=self._run, name="rayjobs-cluster", daemon=True)
             self._thread.start()
 
@@ -116,6 +116,9 @@ class ClusterWatch:
                 self._key, self._looks, self._asks = key, looks, self._asks + 1
             self._asked_at, self._fast = time.monotonic(), fast
             self._cv.notify()
+        if self._thread is not None and not self._thread.is_alive():  # never left without readings
+            self.note("cluster reader restarted", "")
+            self.start(self._wake)
 
     def newest(self) -> Optional[Reading]:
         return self._newest
