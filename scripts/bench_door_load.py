@@ -330,13 +330,14 @@ def rounds_during(c: Any, holder: str, gpus: Any, until: float, out: list[dict[s
 
 
 #: A round's steps in the queue's own events (its trainer seen gone by a reading, that reading
-#: applied by the tick, the early reap back), after the job it held the GPUs for.
-STEPS = (("gone_read", "trainer gone (read)"), ("gone_applied", "trainer left"), ("reaped", "early reap returned"))
+#: applied by the tick, the early reap begun and back), after the job it held the GPUs for.
+STEPS = (("gone_read", "trainer gone (read)"), ("gone_applied", "trainer left"), ("reap_began", "reap began (early)"),
+         ("reaped", "early reap returned"))
 
 
 def steps_of(adm: list[dict[str, Any]]) -> None:
     """Each round's ``steps``: when (s after both GPUs were free in Ray's view) the queue's reader saw
-    the holder's trainer gone, the tick applied it, its early reap returned, the next was admitted."""
+    the holder's trainer gone, the tick applied it, its early reap began and returned, the next was admitted."""
     from bench import jobs
 
     try:

@@ -49,9 +49,10 @@ def step_rows(r: dict[str, Any]) -> str:
         for x in p["adm"]:
             st = x.get("steps")
             if st:
-                rows.append((p["kind"], p["clients"], *(ms(st.get(k)) for k in ("gone_read", "gone_applied", "reaped", "admitted"))))
+                rows.append((p["kind"], p["clients"],
+                             *(ms(st.get(k)) for k in ("gone_read", "gone_applied", "reap_began", "reaped", "admitted"))))
     return doc.table(["phase", "clients", "trainer seen gone (a reading began) ms", "the tick applied it ms",
-                      "early reap back ms", "next admitted ms"], rows, "lrrrrr") if rows else "-"
+                      "early reap began ms", "early reap back ms", "next admitted ms"], rows, "lrrrrrr") if rows else "-"
 
 
 def loop_rows(r: dict[str, Any]) -> str:
