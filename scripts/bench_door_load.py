@@ -329,6 +329,31 @@ def rounds_during(c: Any, holder: str, gpus: Any, until: float, out: list[dict[s
     return holder
 
 
+#: A round's steps in the queue's own events (its trainer seen gone by a reading, that reading
+#: applied by the tick, the early reap begun and back), after the job it held the GPUs for.
+STEPS = (("gone_read", "trainer gone (read)"), ("gone_applied", "trainer left"), ("reap_began", "reap began (early)"),
+         ("reaped", "early reap returned"))
+
+
+def steps_of(adm: list[dict[str, Any]]) -> None:
+    """Each round's ``steps``: when (s after both GPUs were free in Ray's view) the queue's reader saw
+    the holder's trainer gone, the tick applied it, its early reap began and returned, the next was admitted."""
+    from bench import jobs
+
+    try:
+        events = jobs.queue_events()  # (this process's driver: the GPU sampler's)
+    except Exception as e:  # noqa: BLE001 (the breakdown is extra: the round stands without it)
+        print(f"[bench] no queue events: {type(e).__name__}: {e}", flush=True)
+        return
+    for x in adm:
+        if x.get("react_gpus") is None:
+            continue
+        freed = x["admitted_at"] - x["react_gpus"]
+        x["steps"] = {k: next((t - freed for t, w, d in events if w == what and d == x["holder"] and t >= x["asked"]), None)
+                      for k, what in STEPS}
+        x["steps"]["admitted"] = x["react_gpus"]
+
+
 def summary(res: dict[str, Any]) -> dict[str, Any]:
     """A phase's numbers: requests/s, errors, p50/p99/max per kind and over the reads."""
     lat = {k: [s for _, s in v] for k, v in res["lat"].items()}
@@ -408,6 +433,7 @@ def phase(c: Any, ctx: dict[str, Any], kind: str, n: int, seconds: float, gpus: 
     cpu = cpu_between(cpu0, threads_cpu(ctx["pid"]), time.monotonic() - t0)
     if rounds.ident is not None:
         rounds.join(timeout=240)
+        steps_of(adm)
     if res["submitted"]:  # they waited behind the chain; stopped, so every phase starts with the same line
         c.queue().stop(res["submitted"])
     out = dict(summary(res), kind=kind, clients=n, seconds=seconds, cpu=cpu, adm=adm, load=os.getloadavg()[0],

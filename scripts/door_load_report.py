@@ -42,6 +42,19 @@ def phase_rows(r: dict[str, Any]) -> str:
                       "load"], rows, "lrrrrrrlrrll")
 
 
+def step_rows(r: dict[str, Any]) -> str:
+    """Each admission round's steps in the queue's events (s after both GPUs were free in Ray's view)."""
+    rows = []
+    for p in r["phases"]:
+        for x in p["adm"]:
+            st = x.get("steps")
+            if st:
+                rows.append((p["kind"], p["clients"],
+                             *(ms(st.get(k)) for k in ("gone_read", "gone_applied", "reap_began", "reaped", "admitted"))))
+    return doc.table(["phase", "clients", "trainer seen gone (a reading began) ms", "the tick applied it ms",
+                      "early reap began ms", "early reap back ms", "next admitted ms"], rows, "lrrrrrr") if rows else "-"
+
+
 def loop_rows(r: dict[str, Any]) -> str:
     """What the door's event-loop thread was doing (/proc samples every 5 ms), per phase."""
     rows = [({"dashboard": "dashboard list", "mix": "door mix", "list": "door list", "stress": "door mix, no pause"}[p["kind"]],
@@ -115,6 +128,11 @@ in the queue at the end (the chain and the phases' submits); the run took {r['to
 {targets(r, a)}
 
 {phase_rows(r)}
+
+Each admission round's steps, in the queue's own events (ms after both GPUs were free in Ray's view;
+the reading's time is when it began):
+
+{step_rows(r)}
 
 The door's event-loop thread (the queue actor's busiest, sampled from `/proc/PID/task/TID/{{stat,syscall}}`
 every 5 ms; `epoll_wait`: idle, waiting for a request; `futex`: blocked on a lock -- the GIL another

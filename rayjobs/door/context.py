@@ -14,6 +14,7 @@ from fastapi import Request
 from fastapi.responses import Response
 
 from rayjobs.door.audit import AuditLog
+from rayjobs.door.listcache import ListCache
 from rayjobs.door.limits import FailureLimiter
 from rayjobs.door.users import UserBook
 from rayjobs.oncluster.queuerequests import QueueRequests
@@ -42,6 +43,7 @@ class Context:
                  fingerprint: Optional[str] = None) -> None:
         self.svc, self.token, self.kick, self.io, self.dash = svc, token, kick, io, dash
         self.reqs = QueueRequests(svc)
+        self.lists = ListCache()  #: the job list's encoded answers, while the queue is unchanged
         self.dir = Path(door_dir)
         self.users = UserBook(self.dir)
         self.audit = AuditLog(self.dir / "audit.jsonl")
@@ -57,7 +59,11 @@ def ctx(request: Request) -> Context:
     return request.app.state.rj
 
 
+def encode(doc: Any) -> bytes:
+    """JSON by pydantic's Rust encoder (FastAPI's own): 3x json's on 10,000 job views."""
+    return pydantic_core.to_json(doc, fallback=str)
+
+
 def answer(doc: Any, status: int = 200) -> Response:
-    """A JSON answer encoded once (a list of 10,000 jobs is no dataclass per job), by pydantic's
-    Rust encoder (FastAPI's own): 3x json's on 10,000 job views."""
-    return Response(pydantic_core.to_json(doc, fallback=str), status_code=status, media_type="application/json")
+    """A JSON answer encoded once (a list of 10,000 jobs is no dataclass per job)."""
+    return Response(encode(doc), status_code=status, media_type="application/json")

@@ -2,7 +2,10 @@
 head, restarted by Ray after a crash) that runs the queue's loop
 (:class:`~rayjobs.oncluster.queueservice.QueueService`) and serves the door
 (:mod:`rayjobs.door.app`, uvicorn) in one event loop, so a request and a tick never race: a
-request changes the queue between two ticks and wakes the loop.
+request changes the queue between two ticks and wakes the loop. Nothing on that loop waits for Ray's
+GCS: the cluster is read in a thread of its own (:class:`~rayjobs.oncluster.clusterwatch.ClusterWatch`),
+which wakes the loop when a reading says something new; the Jobs API calls and the door's file I/O
+run in thread pools.
 
 The door listens on the head's 127.0.0.1, port ``$RAYJOBS_API_PORT`` (8263), plain HTTP (the owner's
 ``rayjobs connect`` tunnels it); with ``$RAYJOBS_DOOR_ADDRESS`` (``<node ip>[:port]``, port 8443 by
@@ -73,6 +76,7 @@ class QueueActor:
     def __init__(self) -> None:
         from rayjobs.oncluster import reaper, warmengines
         from rayjobs.oncluster.clusterstate import ClusterReader
+        from rayjobs.oncluster.clusterwatch import ClusterWatch
         from rayjobs.oncluster.headapi import head_dash, head_jobs
         from rayjobs.oncluster.lease import Lease
         from rayjobs.oncluster.queueservice import QueueService
@@ -84,9 +88,11 @@ class QueueActor:
         self.lease = Lease(store.root, session_name())
         self.lease.acquire()
         self.dash = head_dash()
-        self.svc = QueueService(store, head_jobs(self.dash), ClusterReader(), reap=reaper.reap_job,
+        watch = ClusterWatch(ClusterReader())
+        self.svc = QueueService(store, head_jobs(self.dash), watch, reap=reaper.reap_job,
                                 reap_enabled=reaper.enabled(), session=session_name(), ray_logs=logs_dir() or "",
                                 warm=warmengines.Registry())
+        watch.note = self.svc.note
         self.svc.recover()
         self.io = ThreadPoolExecutor(max_workers=4, thread_name_prefix="rayjobs-io")
         self.port: Optional[int] = None
@@ -105,6 +111,15 @@ class QueueActor:
         if self._tasks:
             return
         loop = asyncio.get_running_loop()
+
+        def wake() -> None:  # from another thread (the cluster's reader, a reap's return)
+            try:
+                loop.call_soon_threadsafe(self._kick)
+            except RuntimeError:  # the loop has closed
+                pass
+
+        self.svc.wake = wake
+        self.svc.watch.start(wake)
         self._listening = asyncio.Event()
         self._tasks = [loop.create_task(self._run()), loop.create_task(self._serve()), loop.create_task(self._hold())]
 

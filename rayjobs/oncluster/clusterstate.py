@@ -5,7 +5,8 @@ just-created placement group by a moment, the placement-group table does not; th
 counts what is used outside placement groups. The placement groups of a job's trainer are found
 through its driver's ``job_submission_id`` (one filtered GCS query) and the job id inside each
 placement group's id. These read Ray's GCS through ``ray._private`` (there is no public per-node
-availability or driver lookup); the queue actor is the only caller.
+availability or driver lookup); the queue's reader thread
+(:mod:`rayjobs.oncluster.clusterwatch`) is the only caller.
 """
 
 from __future__ import annotations
@@ -179,7 +180,9 @@ class ClusterReader:
             found = drivers(job_id)
             out.held[job_id] = holdings_of(found, held)
             left = unplaced(list(r.req.groups), found, created, r.req.retries > 0, r.unplaced)
-            out.unplaced[job_id] = left
+            # None: Ray could not be asked -- the queue keeps its own (a reading handed an older copy
+            # of what the job had unplaced must not put that copy back)
+            out.unplaced[job_id] = None if found is None else left
             if r.req.groups and not r.req.retries and not r.ending and not (r.unplaced if left is None else left):
                 if found and all(found.values()):
                     out.trainer_gone.add(job_id)

@@ -13,8 +13,10 @@ sees through :mod:`rayjobs.oncluster.jobviews`; both run on the loop's thread, b
   service starts -- the first time, after a crash, or after the head's Ray was restarted -- it
   reloads every record: waiting jobs keep their place; a job Ray no longer knows gets a new attempt
   that resumes from its checkpoint when ``rayjobs.max_retries`` allows, else ends FAILED.
-* Never blocking: the Jobs API calls run in a small thread pool, so the loop looks at the cluster
-  every 0.1 s while jobs wait (every 20 ms for 3 s after a job ends).
+* Never blocking: the Jobs API calls run in a small thread pool, and the cluster is read in a
+  thread of its own (:class:`~rayjobs.oncluster.clusterwatch.ClusterWatch`: every 50 ms while jobs
+  wait, at once when the running set moved, every 20 ms for 3 s after a job ended); the tick uses its
+  newest reading, so neither a request nor the tick waits for Ray's GCS on the loop.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from rayjobs.contract.record import JobRecord
 from rayjobs.contract.status import TERMINAL, State
 from rayjobs.oncluster import pruning, scheduler, warmth
 from rayjobs.oncluster.admission import Admitter, Seen, Submitted
+from rayjobs.oncluster.clusterwatch import Inline
 from rayjobs.oncluster.headapi import LOST, JobsClient
 from rayjobs.oncluster.histories import Histories
 from rayjobs.oncluster.jobrecord import finish_record, lost_attempt, next_attempt, requeued_record
@@ -82,12 +85,40 @@ def _env_float(name: str, default: float) -> float:
         return default
 
 
+class Records(dict):
+    """The queue's records by id, counting their changes (:attr:`version`: the door's cached job
+    list is encoded again only after one)."""
+
+    version = 0
+
+    def __setitem__(self, key: str, value: JobRecord) -> None:
+        self.version += 1
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: str) -> None:
+        self.version += 1
+        super().__delitem__(key)
+
+    def pop(self, *args: Any) -> Any:
+        self.version += 1
+        return super().pop(*args)
+
+    def update(self, *args: Any, **kw: Any) -> None:
+        self.version += 1
+        super().update(*args, **kw)
+
+    def clear(self) -> None:
+        self.version += 1
+        super().clear()
+
+
 class QueueService:
     """The queue: its state, its executors and the loop that ties them to the rules.
 
     Args:
-        store: the durable store. jobs: the Jobs API. cluster: what is free per node
-            (:class:`~rayjobs.oncluster.clusterstate.ClusterReader`, or a fake).
+        store: the durable store. jobs: the Jobs API. cluster: what is free per node: a
+            :class:`~rayjobs.oncluster.clusterwatch.ClusterWatch` (the head: read in a thread of its
+            own), or anything with ``observe(running)`` (a fake: read on the tick's thread).
         reap: :func:`rayjobs.oncluster.reaper.reap_job` (or a fake); ``reap_enabled`` False skips it.
         session: the Ray session the queue runs in (its health says it).
         warm: the kept rollout engines (:class:`~rayjobs.oncluster.warmengines.Registry`); None: none.
@@ -97,16 +128,21 @@ class QueueService:
                  reap: Optional[Callable[..., list[str]]] = None, reap_enabled: bool = True, session: str = "",
                  pool: Optional[ThreadPoolExecutor] = None, ray_logs: str = "", warm: Any = None) -> None:
         self.store, self.jobs, self.cluster = store, jobs, cluster
+        self.watch = cluster if hasattr(cluster, "newest") else Inline(cluster)
+        self._reading = 0  #: the newest cluster reading applied (its ``n``)
+        self.wake: Callable[[], None] = lambda: None  #: wakes the loop from another thread (the host sets it)
         self.policy = policy or policy_from_env()
         self.session, self.started_at, self.ray_logs = session, time.time(), ray_logs
         self.pool = pool or ThreadPoolExecutor(max_workers=4, thread_name_prefix="rayjobs-queue")
         self.state = QueueState()
         self.state.half_life_s = self.policy.fair_half_life_s or 1.0
-        self.records: dict[str, JobRecord] = {}
+        self.records: Records = Records()
         self.events: collections.deque = collections.deque(maxlen=2000)
         self.standby = Standby(jobs, self.pool, store.code_dir, self._cold_submit)
         self.admitter = Admitter(jobs, self.pool, store.code_dir, self.standby)
-        self.reaping = Reaping(reap or (lambda job_id, **kw: []), self.pool, jobs.details,
+        # reaps in a pool of their own: the GPU gate waits for them, not for the dashboard calls queued in ours
+        self.reap_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="rayjobs-reap")
+        self.reaping = Reaping(self._noted(reap or (lambda job_id, **kw: [])), self.reap_pool, jobs.details,
                                enabled=reap is not None and reap_enabled, note=self.note)
         self.preemptions = Preemptions(jobs, self.pool, note=self.note)
         self.rungs = Rungs(self._put, lambda job_id: self.pool.submit(self.jobs.stop, job_id), note=self.note)
@@ -122,6 +158,13 @@ class QueueService:
         self._fast_until = 0.0
         self._decided: tuple[Any, float] = (None, 0.0)
 
+    def _noted(self, reap: Callable[..., list[str]]) -> Callable[..., list[str]]:
+        """``reap``, noting when each began (the benchmarks' breakdown of the admission reaction)."""
+        def run(job_id: str, **kw: Any) -> list[str]:
+            self.note("reap began (early)" if kw.get("spare_live") else "reap began", job_id)
+            return reap(job_id, **kw)
+        return run
+
     def _cold_submit(self, rec: JobRecord) -> Any:
         return self.admitter.cold_submit(rec)
 
@@ -135,7 +178,7 @@ class QueueService:
         records = self.store.all()
         for tmp in self.store.stray_tmp():  # writers cut off mid-write: their old versions stand
             tmp.unlink(missing_ok=True) if tmp.is_file() else None
-        self.records = dict(records)
+        self.records = Records(records)
         for rec in sorted(records.values(), key=lambda r: float(r.finished_at or 0)):
             if rec.state == State.DONE:
                 self.state.done[rec.id] = str(rec.status)
@@ -178,6 +221,7 @@ class QueueService:
         now = time.time()
         self._collect()
         if self.state.waiting:
+            self.watch.ask(self.state.running, fast=time.monotonic() < self._fast_until)
             self._observe()
         elif self.warm is not None:  # kept engines age out and are released while nothing waits too
             self.warm_seen = self.warm.look()
@@ -187,7 +231,8 @@ class QueueService:
         self.histories.observe(self.state, now)
         if self.state.waiting:
             self.preemptions.observe(self.state, now)
-        self._decide(now)
+        if self._reading or not self.state.waiting:  # no reading yet is not "a cluster without GPUs"
+            self._decide(now)
         running = list(self.state.running)
         self.admitter.poll(running)
         self.admitter.poll([i for i in running if self.state.running[i].ending], force=True)
@@ -212,20 +257,36 @@ class QueueService:
         self._decided = (key if not self.decision.actions else None, now)
 
     def _observe(self) -> None:
-        """What is free per node, and per running job what it has placed and whether its trainer left."""
-        seen = self.cluster.observe(self.state.running)
-        self.nodes, self.held = list(seen.nodes), dict(seen.held)
+        """The newest reading of the cluster (once): what is free per node, and per running job what
+        it has placed and whether its trainer left -- each job's part only onto the running entry it
+        was read for (:mod:`rayjobs.oncluster.clusterwatch` says why an older reading is safe)."""
         self.warm_seen = self.warm.look() if self.warm is not None else ()
+        got = self.watch.newest()
+        if got is None or got.n <= self._reading:
+            return
+        self._reading, seen, running = got.n, got.seen, self.state.running
+        self.nodes = list(seen.nodes)
+        self.held = {i: h for i, h in seen.held.items() if got.read_for(i, running.get(i))}
         for job_id, left in seen.unplaced.items():
-            r = self.state.running.get(job_id)
-            if r is not None and left is not None:
-                r.unplaced = left
+            r = running.get(job_id)
+            if r is not None and left is not None and got.read_for(job_id, r):
+                r.unplaced = list(left)
         for job_id in seen.trainer_gone:
-            r = self.state.running.get(job_id)
-            if r is not None and not r.ending:
+            r = running.get(job_id)
+            if r is not None and not r.ending and got.read_for(job_id, r):
                 r.ending = True
+                self.events.append((round(got.at, 4), "trainer gone (read)", job_id))  # (the benchmarks' breakdown)
+                self.note("trainer left", job_id)
                 self.reaping.trainer_left(job_id)
+                early = self.reaping.early.get(job_id)
+                if early is not None:  # its reap's return opens the GPU gate: tick then, not at the next turn
+                    early.add_done_callback(lambda _f, i=job_id: self._reaped_early(i))
                 self._fast_until = time.monotonic() + FAST_POLL_S
+
+    def _reaped_early(self, job_id: str) -> None:
+        """(A pool thread) a trainer's early reap returned: the loop ticks now."""
+        self.note("early reap returned", job_id)
+        self.wake()
 
     def _prune(self) -> None:
         if self._pruning is not None and self._pruning.done():
@@ -274,7 +335,7 @@ class QueueService:
         for job_id in [i for i, (_, f) in self._settling.items() if f.done()]:
             r, f = self._settling.pop(job_id)
             self.state.ending.pop(job_id, None)
-            self._settle(r, [], f.result() if f.exception() is None else {})  # ({}: not asked again, on the loop)
+            self._settle(r, [], (f.result() or {}) if f.exception() is None else {})  # ({}: not asked again, on the loop)
 
     def _submitted(self, got: Submitted) -> None:
         r = self.state.running.get(got.id)
