@@ -104,9 +104,6 @@ def test_every_package_ships() -> None:
 #: Modules that may still spell a status as a string, each with why (issue 46 item 1: statuses are
 #: ``contract.status.Status`` everywhere else).
 STATUS_LITERALS = {
-    "oncluster/queueservice.py": "h47adm edits concurrently; next",
-    "door/routes/page.py": "the page's helper edits concurrently; next",
-    "page/": "the page's helper edits concurrently; next",
     "views/localrows.py": "h46cycles edits concurrently; next",
 }
 
@@ -150,8 +147,8 @@ META_KEY_READS = {
     "oncluster/runner.py": "its own job's metadata from Ray's env var, the queue's admission keys merged in place; next",
     "oncluster/queuerequests.py": "a request's raw `after`, parsed strictly (bad JSON is refused, not read as none)",
     "oncluster/jobviews.py": "the head's list filter reads 3 keys of up to 100,000 records' metadata, none parsed whole",
-    "door/routes/page.py": "the page's helper edits concurrently; next",
-    "page/": "the page's helper edits concurrently; next",
+    "door/routes/page.py": "the queue page's filter reads 2 keys of up to 10,000 waiting jobs' metadata, none parsed whole",
+    "page/views.py": "the queue page's filter choices: 2 keys of every waiting job's metadata, none parsed whole",
 }
 
 

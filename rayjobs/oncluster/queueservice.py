@@ -28,7 +28,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, Optional
 
 from rayjobs.contract.record import JobRecord
-from rayjobs.contract.status import TERMINAL, State
+from rayjobs.contract.status import TERMINAL, State, Status
 from rayjobs.oncluster import pruning, scheduler, warmth
 from rayjobs.oncluster.admission import Admitter, Seen, Submitted
 from rayjobs.oncluster.clusterwatch import Inline
@@ -343,7 +343,7 @@ class QueueService:
             return
         if got.error:
             self.state.drop(got.id)
-            self.finish(r.rec, "FAILED", f"Ray refused the job at admission: {got.error}")
+            self.finish(r.rec, Status.FAILED, f"Ray refused the job at admission: {got.error}")
             return
         r.in_ray = True
         self.state.version += 1
@@ -392,7 +392,7 @@ class QueueService:
         rec = r.rec.with_(stop_asked=r.stop_asked)
         if r.ended == LOST:
             self._lost(rec.with_(reaped=rec.reaped + tuple(reaped)))
-        elif r.ended == "STOPPED" and rec.preempting and not r.stop_asked:
+        elif r.ended == Status.STOPPED and rec.preempting and not r.stop_asked:
             self._requeue_preempted(rec, reaped, info)
         else:
             self.finish(rec, r.ended, info=info, reaped=reaped)
@@ -403,7 +403,7 @@ class QueueService:
             self.state.queue(again)
             self.note("requeued (cluster restarted)", rec.id)
         else:
-            self.state.finish(rec.id, "FAILED")
+            self.state.finish(rec.id, Status.FAILED)
             self.note("failed (cluster restarted)", rec.id)
 
     def _requeue_preempted(self, rec: JobRecord, reaped: list[str], info: Optional[dict[str, Any]]) -> None:
@@ -424,7 +424,7 @@ class QueueService:
         if info is None and not message and status in TERMINAL:
             info = self.jobs.details(rec.id)
         done = finish_record(rec, status, message, info, reaped or [])
-        if rec.halved and status == "STOPPED":  # its user did not stop it: its sweep's halving did
+        if rec.halved and status == Status.STOPPED:  # its user did not stop it: its sweep's halving did
             cause, done = str(rec.halved.get("text")), done.with_(message=str(rec.halved.get("text")))
         elif rec.halved:  # it ended before the stop took: not halved (its values at rungs stay)
             done = done.with_(halved=None, stop_asked=False)
@@ -440,7 +440,7 @@ class QueueService:
 def _fail(svc: QueueService, a: Fail, now: float) -> None:
     svc.state.take(a.id)
     svc.standby.cancel(a.id)
-    svc.finish(svc.records[a.id], "FAILED", a.message, cause=a.cause)
+    svc.finish(svc.records[a.id], Status.FAILED, a.message, cause=a.cause)
 
 
 def _preempt(svc: QueueService, a: Preempt, now: float) -> None:

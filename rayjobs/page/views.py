@@ -15,9 +15,10 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 from rayjobs.contract.halving import Halving
 from rayjobs.contract.meta import JobMeta
 from rayjobs.contract.ranking import last_best, mark_best, metric_mode, swept
+from rayjobs.contract.status import Status
 
 PAGE_SIZE = 50
-ACTIVE = ("RUNNING", "PENDING", "QUEUED")
+ACTIVE = (Status.RUNNING, Status.PENDING, Status.QUEUED)
 #: The curves a job page shows first, those it logged of them (else its first few metrics).
 PREFERRED = ("critic/score/mean", "actor/kl_loss", "actor/pg_loss", "timing_s/step", "response_length/mean")
 SHOWN_METRICS = 4
@@ -38,9 +39,9 @@ def fmt_num(v: float) -> str:
     return f"{v:.1f}" if a >= 100 else f"{v:.4g}"
 
 
-def gpus_text(meta: dict[str, str]) -> str:
+def gpus_text(meta: JobMeta) -> str:
     """GPUs x nodes of a job's groups: ``4 x 2``; ``2+1`` for uneven groups; '-' for none."""
-    groups = list(JobMeta.from_ray(meta).gpu_groups)
+    groups = list(meta.gpu_groups)
     if not groups:
         return "-"
     if len(set(groups)) == 1:
@@ -62,10 +63,10 @@ def ago(t: Optional[float], now: float) -> str:
 # --------------------------------------------------------------------------- the queue
 def queue_row(v: dict[str, Any], now: float) -> dict[str, Any]:
     """One line of the queue page."""
-    m = v.get("metadata") or {}
-    waiting = v["status"] == "QUEUED"
-    return {"id": v["submission_id"], "user": m.get("user") or "-", "sweep": m.get("sweep") or "",
-            "experiment": m.get("experiment") or "", "status": v["status"], "priority": m.get("priority") or "0",
+    m = JobMeta.from_ray(v.get("metadata") or {})
+    waiting = v["status"] == Status.QUEUED
+    return {"id": v["submission_id"], "user": m.user or "-", "sweep": m.sweep,
+            "experiment": m.experiment, "status": v["status"], "priority": str(m.priority),
             "gpus": gpus_text(m), "position": v.get("queue_position") if waiting else None,
             "why": (v.get("message") or "") if waiting else "", "held": v.get("held") or "",
             "since": ago(v.get("queued_at") if waiting else (v.get("admitted_at") or v.get("queued_at")), now),
@@ -74,7 +75,7 @@ def queue_row(v: dict[str, Any], now: float) -> dict[str, Any]:
 
 def _queue_order(v: dict[str, Any]) -> tuple:
     # running first (oldest first), then the line in its order
-    if v["status"] == "QUEUED":
+    if v["status"] == Status.QUEUED:
         return (1, v.get("queue_position") or 0, "")
     return (0, v.get("admitted_at") or 0, v["submission_id"])
 
@@ -92,8 +93,8 @@ def queue_context(views: Sequence[dict[str, Any]], *, user: str = "", sweep: str
     page, pages, start = page_of(len(picked), page, size)
     metas = [v.get("metadata") or {} for v in views]
     return _queue_page([queue_row(v, now) for v in picked[start:start + size]], len(picked), page, pages, size,
-                       (sum(v["status"] in ("RUNNING", "PENDING") for v in views),
-                        sum(v["status"] == "QUEUED" for v in views)), metas, {"user": user, "sweep": sweep, "status": status})
+                       (sum(v["status"] in (Status.RUNNING, Status.PENDING) for v in views),
+                        sum(v["status"] == Status.QUEUED for v in views)), metas, {"user": user, "sweep": sweep, "status": status})
 
 
 def line_context(running: Sequence[dict[str, Any]], line: Sequence[Any], view_of: Callable[[Any], dict[str, Any]],
@@ -127,7 +128,7 @@ def _queue_page(rows: list[dict[str, Any]], total: int, page: int, pages: int, s
         sweeps.add(m.get("sweep") or "")
     return {"rows": rows, "total": total, "page": page, "pages": pages, "size": size, "running": counts[0],
             "waiting": counts[1], "filters": filters, "users": sorted(users - {""}), "sweeps": sorted(sweeps - {""}),
-            "statuses": ["", "RUNNING", "PENDING", "QUEUED", "SUCCEEDED", "FAILED", "STOPPED", "all"]}
+            "statuses": ["", Status.RUNNING, Status.PENDING, Status.QUEUED, Status.SUCCEEDED, Status.FAILED, Status.STOPPED, "all"]}
 
 
 # --------------------------------------------------------------------------- one job
@@ -140,7 +141,7 @@ def actions(view: dict[str, Any], allowed: bool) -> list[str]:
         return []
     if view.get("state") == "done":
         return ["resume"]
-    if view["status"] == "RUNNING":
+    if view["status"] == Status.RUNNING:
         return ["stop", "checkpoint"]
     return ["stop"]
 
@@ -148,18 +149,18 @@ def actions(view: dict[str, Any], allowed: bool) -> list[str]:
 def job_context(view: dict[str, Any], allowed: bool, now: Optional[float] = None) -> dict[str, Any]:
     """The job page's facts and the actions its viewer may take (``allowed``: see :func:`actions`)."""
     now = time.time() if now is None else now
-    m = view.get("metadata") or {}
+    m = JobMeta.from_ray(view.get("metadata") or {})
     row = queue_row(view, now)
     facts = [("status", view["status"]), ("user", row["user"]), ("sweep", row["sweep"] or "-"),
              ("experiment", row["experiment"] or "-"), ("priority", row["priority"]), ("GPUs \u00d7 nodes", row["gpus"]),
              ("attempts", ", ".join(str(a) for a in view.get("attempts") or []) or "-"),
              ("checkpoint step", num(view.get("checkpoint_step"))), ("queued", ago(view.get("queued_at"), now) + " ago"),
-             ("preemptions", str(view.get("preemptions") or 0)), ("queued by", m.get("queued_by") or "-")]
-    if view["status"] == "QUEUED":
+             ("preemptions", str(view.get("preemptions") or 0)), ("queued by", m.queued_by or "-")]
+    if view["status"] == Status.QUEUED:
         facts.insert(1, ("position", str(view.get("queue_position") or "-")))
     return {"id": view["submission_id"], "status": view["status"], "facts": facts, "message": view.get("message") or "",
             "cause": view.get("cause") or "", "halved": (view.get("halved") or {}).get("text") or "",
-            "actions": actions(view, allowed), "live": view.get("state") != "done", "sweep": m.get("sweep") or "",
+            "actions": actions(view, allowed), "live": view.get("state") != "done", "sweep": m.sweep,
             # a rerun's config is composed where the job was submitted (its ledger): the page names the command
             "rerun": bool(allowed and view.get("state") == "done" and not view.get("foreign"))}
 

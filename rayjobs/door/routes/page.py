@@ -38,6 +38,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 
 from rayjobs.contract import wire
 from rayjobs.contract.metrics import run_steps
+from rayjobs.contract.status import Status
 from rayjobs.contract.wire import PREFIX
 from rayjobs.door.context import answer, ctx
 from rayjobs.door.identity import client_addr, resolve, who
@@ -207,7 +208,7 @@ def _line(svc: Any, user: str, sweep: str, page_no: int, size: int = views.PAGE_
 
     held = [jobviews.running_view(r) for r in {**st.ending, **st.running}.values()]
     active = [v for v in held if v["status"] in views.ACTIVE]
-    counts = (sum(v["status"] != "QUEUED" for v in active), len(st.waiting) + sum(v["status"] == "QUEUED" for v in active))
+    counts = (sum(v["status"] != Status.QUEUED for v in active), len(st.waiting) + sum(v["status"] == Status.QUEUED for v in active))
     line: Any = [(i + 1, w) for i, w in enumerate(st.in_order()) if ok(meta(w.rec))] if user or sweep else _InLine(st)
     metas = [meta(r) for r in svc.records.values()] if whole else []  # the filters' choices: the whole page only
     return views.line_context([v for v in active if ok(v["metadata"])], line,
