@@ -174,7 +174,7 @@ def admission_round(c: Any, holder: str, gpus: sample.GpuSampler) -> dict[str, A
     were free in Ray's view, it ended (Ray's end_time, the queue's finished_at), and when the queue
     admitted the next in line (its admitted_at)."""
     q = c.queue()
-    nxt = q.summary()["line"][0]["submission_id"]
+    nxt = q.summary().line[0].submission_id
     asked = time.time()
     q.stop([holder])
     v = wait_until(lambda: (x := q.job(nxt)) is not None and x.get("admitted_at") and x, 120, f"{nxt} admitted", 0.05)
@@ -200,7 +200,7 @@ def admissions(c: Any, blocker: str, rounds: int) -> list[dict[str, Any]]:
     try:
         for k in range(rounds):
             wait_until(lambda: holds_gpus(c, holder), 180, f"{holder}'s trainer to hold the GPUs", 0.5)
-            line0 = c.queue().summary()["line"][0]["submission_id"]
+            line0 = c.queue().summary().line[0].submission_id
             try:
                 ready = bool(wait_until(lambda: line0 in standby_in_ray(c), 60, f"{line0} to be pre-started", 0.5))
             except AssertionError:
