@@ -35,10 +35,11 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 from rayjobs.errors import ConfigError, NoSuchJob, did_you_mean
 from rayjobs.shared import CODE_OF_KEY
-from rayjobs.submit import compose, pipeline, rerun
-from rayjobs.submit.compose import Composed, override_key
+from rayjobs.submit import pipeline, rerun
+from rayjobs.config import compose
+from rayjobs.config.compose import Composed, override_key
 from rayjobs.submit.pipeline import Prepared
-from rayjobs.submit.schema import after_ids
+from rayjobs.config.schema import after_ids
 from rayjobs.submit.spec import format_value
 
 if TYPE_CHECKING:

@@ -33,7 +33,7 @@ def is_rayjobs(job: Any) -> bool:
 
 def sweep_label(m: dict[str, str]) -> str:
     """``kl_coef=0.01,lr=1e-6``: what varies in this job's sweep point ('' outside sweeps)."""
-    from rayjobs.submit.spec import point_label
+    from rayjobs.contract.ranking import point_label
 
     return point_label(json_list(m.get("sweep_overrides")))
 
@@ -45,7 +45,7 @@ def overrides_label(m: dict[str, str]) -> str:
 
 def label_of(sweep_overrides: list[str], overrides: list[str]) -> str:
     """:func:`overrides_label` of the two lists, parsed already."""
-    from rayjobs.submit.spec import point_label
+    from rayjobs.contract.ranking import point_label
 
     if sweep_overrides:
         return point_label(sweep_overrides)
@@ -406,7 +406,7 @@ def select(jobs: Iterable[Any], sweep: Optional[str] = None, status: Optional[li
 def resolve_sweep(sweep: str, jobs: Iterable[Any]) -> str:
     """The sweep id ``sweep`` names (itself, or the one id it starts) among the sweeps of ``jobs`` and
     of the local record (a sweep the cluster forgot is still one); an unknown one names the closest."""
-    from rayjobs.submit import ledger
+    from rayjobs import ledger
 
     names = {meta(j).get("sweep", "") for j in jobs} | {str(e.get("sweep") or "") for e in ledger.entries()}
     names.discard("")
