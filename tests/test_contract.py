@@ -84,6 +84,19 @@ def test_the_atomic_write_leaves_the_old_file_when_cut_and_sets_its_mode(tmp_pat
     assert place(a, b) is False and a.exists()  # another writer's copy won: ours stays where it was
 
 
+def test_one_did_you_mean_for_the_resolver_and_every_error() -> None:
+    """The resolver names the closest ids as every other "no such ..." message does: one function,
+    one cut-off (was a second one in ids, cut-off 0.6 and no substring match, that named no id here)."""
+    from rayjobs import errors
+    from rayjobs.contract import names
+
+    assert errors.did_you_mean is names.did_you_mean and errors.closest is names.closest
+    with pytest.raises(ids.NoMatch, match=r"no job matches 'abcd' \(did you mean: run-20260101-abcd\?\)"):
+        ids.resolve("abcd", ["run-20260101-abcd", "other-1"])
+    assert names.did_you_mean("grpo_7bb", ["grpo_7b", "ppo"]) == " (did you mean: grpo_7b?)"
+    assert names.did_you_mean("zzz", ["grpo_7b"]) == ""
+
+
 def test_ids_resolve_exact_prefix_and_sweep():
     known = ["grpo-1-aaaa", "grpo-1-abbb", "sw-9-0", "sw-9-1", "sw-9-10"]
     sweeps = {"sw-9": ["sw-9-0", "sw-9-1", "sw-9-10"]}

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import difflib
 from typing import Iterable, Mapping, Optional, Sequence
+
+from rayjobs.contract.names import did_you_mean
 
 
 class NoMatch(LookupError):
@@ -12,11 +13,6 @@ class NoMatch(LookupError):
 
 class Ambiguous(LookupError):
     """Several jobs match a prefix."""
-
-
-def _hint(token: str, names: Iterable[str]) -> str:
-    close = difflib.get_close_matches(token, sorted(set(names)), n=3, cutoff=0.6)
-    return f" (did you mean: {', '.join(close)}?)" if close else ""
 
 
 def resolve(token: str, ids: Iterable[Optional[str]], sweeps: Optional[Mapping[str, Sequence[str]]] = None,
@@ -46,7 +42,7 @@ def resolve(token: str, ids: Iterable[Optional[str]], sweeps: Optional[Mapping[s
             return sorted(sweeps[swept[0]])
         hits = swept
     if not hits:
-        raise NoMatch(f"no {what} matches {token!r}{_hint(token, [*known, *sweeps])}; `rayjobs list` shows the ids")
+        raise NoMatch(f"no {what} matches {token!r}{did_you_mean(token, [*known, *sweeps])}; `rayjobs list` shows the ids")
     raise Ambiguous(f"{token!r} matches {len(hits)} {what}s ({', '.join(hits[:4])}{', ...' if len(hits) > 4 else ''}); "
                     f"give more of the id")
 
