@@ -391,13 +391,8 @@ def select(jobs: Iterable[Any], sweep: Optional[str] = None, status: Optional[li
     jobs = list(jobs)
     mine = jobs if include_all else [j for j in jobs if is_rayjobs(j)]
     if sweep:
-        sweeps = sorted({meta(j).get("sweep", "") for j in jobs} - {""})
-        hit = [s for s in sweeps if s == sweep] or [s for s in sweeps if s.startswith(sweep)]
-        if len(hit) != 1:
-            if hit:
-                raise JobNotFound(f"{sweep!r} matches {len(hit)} sweeps ({', '.join(hit[:4])}); give more of the id")
-            raise JobNotFound(f"no sweep {sweep!r}{did_you_mean(sweep, sweeps)}; `rayjobs list` shows sweep ids")
-        mine = [j for j in jobs if meta(j).get("sweep") == hit[0]]
+        named = sweep_named(sweep, {meta(j).get("sweep", "") for j in jobs})
+        mine = [j for j in jobs if meta(j).get("sweep") == named]
     if experiment:
         mine = [j for j in mine if meta(j).get("experiment") == experiment]
     return mine
@@ -408,14 +403,17 @@ def resolve_sweep(sweep: str, jobs: Iterable[Any]) -> str:
     of the local record (a sweep the cluster forgot is still one); an unknown one names the closest."""
     from rayjobs import ledger
 
-    names = {meta(j).get("sweep", "") for j in jobs} | {str(e.get("sweep") or "") for e in ledger.entries()}
-    names.discard("")
-    hit = [s for s in names if s == sweep] or sorted(s for s in names if s.startswith(sweep))
-    if len(hit) == 1:
-        return hit[0]
-    if hit:
-        raise JobNotFound(f"{sweep!r} matches {len(hit)} sweeps ({', '.join(hit[:4])}); give more of the id")
-    raise JobNotFound(f"no sweep {sweep!r}{did_you_mean(sweep, names)}; `rayjobs list` shows sweep ids")
+    return sweep_named(sweep, {meta(j).get("sweep", "") for j in jobs} | {str(e.get("sweep") or "") for e in ledger.entries()})
+
+
+def sweep_named(sweep: str, names: Iterable[str]) -> str:
+    """:func:`rayjobs.contract.ids.resolve_sweep`, its refusal a :class:`JobNotFound` (one line, exit 2)."""
+    from rayjobs.contract import ids
+
+    try:
+        return ids.resolve_sweep(sweep, names)
+    except LookupError as e:
+        raise JobNotFound(str(e)) from None
 
 
 def parse_statuses(values: Iterable[str]) -> list[str]:
