@@ -233,7 +233,7 @@ class FakeGpuCluster:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             s = q.summary()
-            if not s["waiting"] and not s["admitted"] and not s["gate"]:
+            if not s.waiting and not s.admitted and not s.gate:
                 return
             time.sleep(0.2)
         raise RuntimeError(f"the shared cluster did not settle within {timeout:.0f} s: {s}")

@@ -101,3 +101,103 @@ def test_every_package_ships() -> None:
     listed = set(tomllib.loads((ROOT.parent / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     found = {".".join(p.parent.relative_to(ROOT.parent).parts) for p in ROOT.rglob("__init__.py")}
     assert found <= listed, sorted(found - listed)
+
+
+#: Modules that may still spell a status as a string, each with why (issue 46 item 1: statuses are
+#: ``contract.status.Status`` everywhere else).
+STATUS_LITERALS = {
+    "oncluster/queueservice.py": "h47adm edits concurrently; next",
+    "door/routes/page.py": "the page's helper edits concurrently; next",
+    "page/": "the page's helper edits concurrently; next",
+    "views/localrows.py": "h46cycles edits concurrently; next",
+}
+
+
+def _allowed(rel: str, allow: dict[str, str]) -> bool:
+    return any(rel == k or (k.endswith("/") and rel.startswith(k)) for k in allow)
+
+
+def status_literals(root: Path) -> list[str]:
+    """``path:line: VALUE`` for each string constant outside contract/ that is a status's value."""
+    from rayjobs.contract.status import STATUSES
+
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if rel.startswith("contract/"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in STATUSES:
+                out.append(f"{rel}:{node.lineno}: {node.value}")
+    return out
+
+
+def test_statuses_are_the_enum_outside_the_contract() -> None:
+    found = [f for f in status_literals(ROOT) if not _allowed(f.split(":")[0], STATUS_LITERALS)]
+    assert not found, f"status literals (use contract.status.Status, or say why in STATUS_LITERALS): {found}"
+    stale = [k for k in STATUS_LITERALS if not any(f.startswith(k) for f in status_literals(ROOT))]
+    assert not stale, f"no status literal left in {stale}: take it off STATUS_LITERALS"
+
+
+def test_the_status_check_sees_a_literal(tmp_path: Path) -> None:
+    (tmp_path / "contract").mkdir()
+    (tmp_path / "contract" / "ok.py").write_text('X = "FAILED"\n')
+    (tmp_path / "m.py").write_text('def f(s):\n    return s == "SUCCEEDED" or s == "succeeded"\n')
+    assert status_literals(tmp_path) == ["m.py:2: SUCCEEDED"]
+
+
+#: Modules that may still read a job's metadata by its key, each with why (issue 46 item 1: a job's
+#: metadata is read through ``contract.meta.JobMeta``, so its keys and their forms live in one place).
+META_KEY_READS = {
+    "oncluster/runner.py": "its own job's metadata from Ray's env var, the queue's admission keys merged in place; next",
+    "oncluster/queuerequests.py": "a request's raw `after`, parsed strictly (bad JSON is refused, not read as none)",
+    "oncluster/jobviews.py": "the head's list filter reads 3 keys of up to 100,000 records' metadata, none parsed whole",
+    "door/routes/page.py": "the page's helper edits concurrently; next",
+    "page/": "the page's helper edits concurrently; next",
+}
+
+
+def _receiver(node: ast.AST) -> str:
+    if isinstance(node, ast.Call):
+        return _receiver(node.func)
+    return node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+
+
+def meta_key_reads(root: Path) -> list[str]:
+    """``path:line: receiver[key]`` for each ``x[KEY]``, ``x.get(KEY)`` or ``x.pop(KEY)`` outside contract/
+    where KEY is a JobMeta field's literal name and x's name says it is metadata (``meta``, ``metadata``,
+    ``meta(job)``, ``spec.metadata`` ..., or the short ``m``)."""
+    from dataclasses import fields
+
+    from rayjobs.contract.meta import JobMeta
+
+    keys = {f.name for f in fields(JobMeta)} - {"extra"}
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if rel.startswith("contract/"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+                key, recv = node.slice.value, node.value
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args
+                  and node.func.attr in ("get", "pop", "setdefault") and isinstance(node.args[0], ast.Constant)):
+                key, recv = node.args[0].value, node.func.value
+            else:
+                continue
+            if key in keys and ("meta" in _receiver(recv).lower() or _receiver(recv) == "m"):
+                out.append(f"{rel}:{node.lineno}: {_receiver(recv)}[{key}]")
+    return out
+
+
+def test_metadata_is_read_through_jobmeta_outside_the_contract() -> None:
+    found = [f for f in meta_key_reads(ROOT) if not _allowed(f.split(":")[0], META_KEY_READS)]
+    assert not found, f"metadata read by key (use contract.meta.JobMeta.from_ray, or say why in META_KEY_READS): {found}"
+    stale = [k for k in META_KEY_READS if not any(f.startswith(k) for f in meta_key_reads(ROOT))]
+    assert not stale, f"no metadata key read left in {stale}: take it off META_KEY_READS"
+
+
+def test_the_metadata_check_sees_a_key_read(tmp_path: Path) -> None:
+    (tmp_path / "m.py").write_text('def f(job, row, meta):\n    return meta(job).get("run_dir"), meta["sweep"], '
+                                   'row["sweep"], meta.get("job_submission_id"), job.metadata["user"], m.get("run")\n')
+    assert meta_key_reads(tmp_path) == ["m.py:2: meta[run_dir]", "m.py:2: meta[sweep]", "m.py:2: metadata[user]", "m.py:2: m[run]"]

@@ -64,6 +64,25 @@ def test_status_is_read_from_any_of_rays_spellings():
     assert Status.of(None) is Status.UNKNOWN and Status.SUCCEEDED.terminal and not Status.QUEUED.terminal
 
 
+def test_a_metadata_list_is_read_whole_or_not_at_all_and_none_is_not_given():
+    for bad in ('"a"', '{"a": 1}', "not json", '["a"] trailing'):
+        assert JobMeta.from_ray({"overrides": bad, "after": bad}).overrides == () == JobMeta.from_ray({"after": bad}).after
+    assert JobMeta.from_ray({"run": None, "user": "u"}) == JobMeta(user="u")
+
+
+def test_rays_status_word_is_read_once_and_shows_as_users_see_it():
+    from enum import Enum
+
+    from rayjobs.contract.status import word
+
+    class JobStatus(str, Enum):  # Ray's own enum's shape
+        RUNNING = "RUNNING"
+
+    assert word(JobStatus.RUNNING) == word("JobStatus.RUNNING") == word("RUNNING") == "RUNNING"
+    assert word(None) == "" and word("", "?") == "?" and word("NEWSTATE") == "NEWSTATE"
+    assert f"{Status.QUEUED} {Status.FAILED:<8}|" == "QUEUED FAILED  |" and json.dumps([Status.STOPPED]) == '["STOPPED"]'
+
+
 def test_the_atomic_write_leaves_the_old_file_when_cut_and_sets_its_mode(tmp_path, monkeypatch):
     p = tmp_path / "rec.json"
     write_atomic(p, b"old", mode=0o600)

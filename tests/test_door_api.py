@@ -272,7 +272,7 @@ def test_a_foreign_job_is_stopped_by_an_admin_only(door: Door) -> None:
 #: The door's routes beyond the queue's own (tests/test_queueapi.py calls those): called here.
 DOOR_ROUTES = {("get", "/v1/whoami"), ("get", "/v1/users"), ("post", "/v1/users"), ("get", "/v1/audit"),
                ("post", "/v1/users/{name}/revoke"), ("get", "/v1/jobs/{job_id}/metrics"), ("get", "/v1/cluster"),
-               ("get", "/v1/jobs/{job_id}/log"), ("get", "/v1/jobs/{job_id}/log/stream")}
+               ("get", "/v1/jobs/{job_id}/log"), ("get", "/v1/jobs/{job_id}/log/stream"), ("post", "/v1/page/link")}
 
 
 def test_the_new_routes_answer_as_the_openapi_document_says(door: Door, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -304,7 +304,9 @@ def test_the_new_routes_answer_as_the_openapi_document_says(door: Door, monkeypa
              ("get", "/v1/jobs/{job_id}/log", "/v1/jobs/nope/log", None, 404, None),
              ("get", "/v1/jobs/{job_id}/log", "/v1/jobs/j1/log?tail=-1", None, 422, None),
              ("get", "/v1/jobs/{job_id}/log/stream", "/v1/jobs/nope/log/stream", None, 404, None),
-             ("get", "/v1/jobs/{job_id}/log/stream", "/v1/jobs/j1/log/stream?offset=x", None, 422, None)]
+             ("get", "/v1/jobs/{job_id}/log/stream", "/v1/jobs/j1/log/stream?offset=x", None, 422, None),
+             ("post", "/v1/page/link", "/v1/page/link", None, 201, vic),
+             ("post", "/v1/page/link", "/v1/page/link", None, 401, door.bare)]
     for method, path, url, body, status, http in calls:
         r = (http or door.http).request(method.upper(), url, json=body)
         assert r.status_code == status, (method, url, r.status_code, r.text)

@@ -16,7 +16,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from test_door_api import Door  # noqa: E402
 
-from rayjobs.door.sessions import COOKIE, SessionBook, csrf_ok  # noqa: E402
+from rayjobs.door.sessions import COOKIE, OnceCodes, SessionBook, csrf_ok  # noqa: E402
 from rayjobs.page import STATIC, VENDORED, views  # noqa: E402
 from rayjobs.page.render import render  # noqa: E402
 
@@ -70,6 +70,9 @@ def test_a_job_shows_its_facts_cause_curves_and_only_the_actions_allowed() -> No
     assert 'value="tok"' in html and '"critic/score/mean": [0.1, 0.2, 0.3]' in html
     bob = render("_job.html", j=views.job_context(run, False, NOW), done="", csrf="tok")
     assert "<form" not in bob and "RUNNING" in bob
+    assert "rayjobs rerun a-f" in html and "rayjobs rerun" not in render(
+        "_job.html", j=views.job_context(failed, False, NOW), done="", csrf="tok")  # another's: no rerun named
+    assert not views.job_context(run, True, NOW)["rerun"]  # running: stop, not rerun
 
 
 def test_a_sweep_marks_its_best_and_shows_the_halved_point_at_its_rung() -> None:
@@ -133,6 +136,27 @@ def test_a_session_expires_is_closed_and_bounded_and_csrf_must_match() -> None:
     assert book.close(ids[-1]) and not book.close(ids[-1]) and book.close_user("u3") == 1
 
 
+def test_a_one_time_code_works_once_within_its_minute_and_is_kept_only_hashed() -> None:
+    import hashlib
+
+    t = [1000.0]
+    codes = OnceCodes(clock=lambda: t[0], ttl_s=60, max_codes=3)
+    code, entry = codes.issue("alice", "member", "tok1")
+    assert len(code) >= 40 and entry.expires == 1060.0
+    assert code not in repr(codes._by_hash) and hashlib.sha256(code.encode()).hexdigest() in codes._by_hash
+    assert codes.redeem(code) == (entry, "")
+    again, why = codes.redeem(code)
+    assert again is None and "used already" in why and len(codes) == 0  # once
+    late, _ = codes.issue("alice", "member", "tok1")
+    t[0] += 60
+    got, why = codes.redeem(late)
+    assert got is None and "expired" in why and codes.redeem(late)[0] is None  # an expired one is gone too
+    assert codes.redeem("") == (None, "the link has no code: run `rayjobs ui` again for a new one")
+    assert codes.redeem("forged")[0] is None
+    made = [codes.issue(f"u{i}", "member", None)[0] for i in range(5)]
+    assert len(codes) == 3 and codes.redeem(made[0])[0] is None and codes.redeem(made[-1])[0].name == "u4"
+
+
 # --------------------------------------------------------------------------- the routes in process
 @pytest.fixture
 def door(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Door:
@@ -170,6 +194,8 @@ def test_logged_out_every_page_is_the_login_and_a_wrong_token_sets_no_cookie(doo
     assert login.status_code == 200 and 'type="password"' in login.text and "a-run" not in login.text
     bad = c.post("/login", data={"token": "rj_00000000_" + "x" * 43})
     assert bad.status_code == 401 and "refused the token" in bad.text and COOKIE not in bad.headers.get("set-cookie", "")
+    [line] = [e["result"] for e in door.audit() if e["path"] == "/login" and e["status"] == 401]
+    assert line.startswith("the door refused the token") and "<" not in line  # its one line, not the page's HTML
     assert c.get("/static/vendor/htmx/htmx.min.js").status_code == 200  # the login page's own files: no login
 
 
@@ -312,3 +338,68 @@ def test_the_page_and_compare_rank_by_the_contracts_one_rule() -> None:
         assert list(views.JobMeta.from_ray(m).gpu_groups) == jobfields.groups_in(m)
     for v in (0.0, 1e-4, 0.5, 123.456, 2e5, -3.2):
         assert views.fmt_num(v) == panel.fmt_num(v)
+
+
+def test_a_one_time_link_logs_a_browser_in_once_and_a_used_one_is_refused_and_audited(door: Door) -> None:
+    from fastapi.testclient import TestClient
+
+    link = door.as_["alice"].post("/v1/page/link")
+    assert link.status_code == 201 and set(link.json()) == {"path", "expires_in"} and link.json()["expires_in"] <= 60
+    path = link.json()["path"]
+    code = path.split("code=")[1]
+    assert path.startswith("/login/once?code=") and len(code) >= 40
+    first = TestClient(door.app, follow_redirects=False)
+    r = first.get(path)
+    assert r.status_code == 303 and r.headers["location"] == "/" and "HttpOnly" in r.headers["set-cookie"]
+    assert "alice (member)" in first.get("/").text
+    second = TestClient(door.app, follow_redirects=False)
+    r = second.get(path)
+    assert r.status_code == 401 and "used already" in r.text and 'type="password"' in r.text
+    assert COOKIE not in r.headers.get("set-cookie", "") and second.get("/").headers["location"] == "/login"
+    assert door.bare.post("/v1/page/link").status_code == 401  # a token's: never the cookie
+    assert first.post("/v1/page/link").status_code == 401
+    entries = door.audit()
+    assert ("alice", "session.link", 201) in [(e["user"], e["action"], e["status"]) for e in entries]
+    assert ("alice", "session.open", 303) in [(e["user"], e["action"], e["status"]) for e in entries]
+    refusal = [e for e in entries if e["path"] == "/login/once" and e["status"] == 401]
+    assert len(refusal) == 1 and refusal[0]["action"] == "auth" and "used already" in refusal[0]["result"]
+    text = (door.svc.store.root / "door" / "audit.jsonl").read_text()
+    assert code not in text and door.tokens["alice"] not in text
+
+
+def test_a_link_of_a_revoked_token_or_past_its_minute_logs_no_one_in(door: Door) -> None:
+    from fastapi.testclient import TestClient
+
+    bobs = door.as_["bob"].post("/v1/page/link").json()["path"]
+    door.http.post("/v1/users/bob/revoke")
+    r = TestClient(door.app, follow_redirects=False).get(bobs)
+    assert r.status_code == 401 and "revoked" in r.text
+    late = door.as_["alice"].post("/v1/page/link").json()["path"]
+    door.app.state.once.clock = lambda: time.time() + 61  # used a minute after it was made
+    r = TestClient(door.app, follow_redirects=False).get(late)
+    assert r.status_code == 401 and "expired" in r.text
+    door.app.state.once.clock = time.time
+    owner = door.http.post("/v1/page/link").json()["path"]  # the cluster's token: its owner, an admin
+    c = TestClient(door.app, follow_redirects=False)
+    assert c.get(owner).status_code == 303 and "olga (admin)" in c.get("/").text
+
+
+def test_a_long_poll_of_an_unchanged_log_makes_no_trip_to_the_io_pool(door: Door, monkeypatch: pytest.MonkeyPatch) -> None:
+    """20 open pages long-poll their logs 4 times a second each: a stat on the loop says "nothing
+    new" (was a read in the door's I/O pool each time, every hop a wake-up of the queue's loop)."""
+    vic = browser(door, "vic")
+    (Path(door.svc.ray_logs) / "job-driver-a-run.log").write_text("one\n")
+    rj = door.app.state.rj
+    trips: list[str] = []
+    real = type(rj).in_io
+
+    async def counted(self: Any, fn: Any, *args: Any) -> Any:
+        trips.append(getattr(fn, "__name__", str(fn)))
+        return await real(self, fn, *args)
+
+    monkeypatch.setattr(type(rj), "in_io", counted)
+    r = vic.get("/page/jobs/a-run/log", params={"offset": 4, "wait": 1})  # 4+ looks, nothing new
+    assert r.text == "" and r.headers["X-Rayjobs-Next"] == "4"
+    assert trips == ["locate"], trips
+    r = vic.get("/page/jobs/a-run/log", params={"offset": 0})
+    assert r.text == "one\n" and trips[-1] == "read_at"

@@ -5,7 +5,8 @@ clients do): alice logs in and sees the queue with three users' jobs, one waitin
 reason; her running job's curve gains points and its log follows; bob finds no stop on her job
 and his forged POST is refused (403) with her job untouched; she stops it at a checkpoint from the
 page; her halving sweep's page shows its halved point at its rung; a logged-out browser sees
-nothing but the login. Screenshots are taken every run (a page that fails to render fails here);
+nothing but the login; `rayjobs ui`'s one-time link logs a fresh browser in as alice, and its second
+use is the login, refused. Screenshots are taken every run (a page that fails to render fails here);
 with ``RAYJOBS_WRITE_SCREENSHOTS=1`` they replace docs/img/'s (else a run leaves the tree as it was).
 """
 
@@ -122,6 +123,7 @@ def test_the_page_in_a_browser_on_a_real_head(one_node: Any, workdir: Path, chro
         assert "at_checkpoint" in page.inner_text("#done")
         wait_until(lambda: status(api, a) == "STOPPED", 60, "alice's job to stop at its checkpoint")
         wait_until(lambda: page.inner_text("#status") == "STOPPED", 20, "the page to show it stopped")
+        assert f"rayjobs rerun {a}" in page.inner_text("#rerun")  # ended, hers: the rerun command named
         page.goto(base + "/team")
         shot(page, "team")
 
@@ -137,6 +139,17 @@ def test_the_page_in_a_browser_on_a_real_head(one_node: Any, workdir: Path, chro
         anon = chromium.new_context().new_page()
         anon.goto(f"{base}/jobs/{a}")
         assert anon.url == base + "/login" and a not in anon.content() and anon.locator("#token").count() == 1
+
+        # `rayjobs ui`'s one-time link (POST /v1/page/link with alice's token): a fresh browser opens it
+        # and lands on the queue logged in as alice; the same link again is the login, refused
+        link = requests.post(api + "/page/link", headers={"Authorization": f"Bearer {alice}"}, timeout=30).json()
+        once = chromium.new_context().new_page()
+        once.goto(base + link["path"])
+        assert once.url == base + "/" and once.inner_text("#me") == "alice (member)"
+        again = chromium.new_context().new_page()
+        again.goto(base + link["path"])
+        assert again.url.startswith(base + "/login/once") and "used already" in again.inner_text("#error")
+        assert again.locator("#token").count() == 1
     finally:
         sweeping.join(120)
         for j in (a, b, w, *(points[0] if points else [])):

@@ -200,7 +200,7 @@ def test_a_users_stop_of_a_job_being_preempted_ends_it_not_requeued(team_cluster
     # the queue's record of each is done (a requeued one would be waiting again): the queue's decision, final
     wait_until(lambda: all(view(team_cluster, j)["state"] == "done" for j in (a, b)), 60, "a and b to be done")
     for j in (a, b):  # ended there: STOPPED, one attempt, never back in line nor resumed
-        assert j not in {v["submission_id"] for v in team_cluster.queue().summary()["line"]}
+        assert j not in {v.submission_id for v in team_cluster.queue().summary().line}
         got = row(team_cluster, j)
         assert got["status"] == "STOPPED" and got.get("redo_steps") is None, got
         assert str(tclient.get_job_status(j)).endswith("STOPPED")

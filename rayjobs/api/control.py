@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 
 from rayjobs.api.job import Job, connect
 from rayjobs.api.stopping import jobs_named
+from rayjobs.contract.meta import JobMeta
 from rayjobs.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -29,10 +30,11 @@ def resume_job(job_id: str, *, address: Optional[str] = None, dashboard: Optiona
     d = dashboard or connect(address)
     [old] = list(jobs_named(d, [job_id], None))
     view = d.queue.resume(old)
-    new = str(view["submission_id"])
+    new = view.submission_id
     _record_resume(d, old, new)
-    ckpt = (d.queue.job(old) or {}).get("checkpoint_step")
-    say(f"{new}: resumes run {(view.get('metadata') or {}).get('run', old)} of {old} from its checkpoint at step {ckpt}")
+    ckpt = getattr(d.queue.view(old), "checkpoint_step", None)
+    run = JobMeta.from_ray(view.metadata).run or old
+    say(f"{new}: resumes run {run} of {old} from its checkpoint at step {ckpt}")
     return Job(new, dashboard=d)
 
 

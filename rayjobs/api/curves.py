@@ -110,6 +110,6 @@ def _curve_jobs(job_ids: Sequence[str], sweep: Optional[str], address: Optional[
             jobs += localrows.as_local_jobs(rows)
     by_id = {jobrows.field(j, "submission_id"): j for j in jobs}
     chosen = [by_id[resolve_prefix(j, by_id)] for j in job_ids]
-    chosen += sorted((j for j in jobs if jobrows.meta(j).get("sweep") == sweep), key=jobrows.order) if sweep else []
+    chosen += sorted((j for j in jobs if jobrows.job_meta(j).sweep == sweep), key=jobrows.order) if sweep else []
     chosen = list({jobrows.field(j, "submission_id"): j for j in chosen}.values())
     return d, chosen, jobs, {str(r["id"]): r for r in rows}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
+from rayjobs.contract.status import NOT_STARTED
 from rayjobs.contract.status import TERMINAL
 from rayjobs.errors import NoSuchJob
 
@@ -84,7 +85,7 @@ class Job:
         if progress:
             row = jobrows.add_progress(row, job, d, lines=2000, head_scan=True)
         if row["attempt"] is None:
-            row["attempt"] = 0 if row["status"] in ("PENDING", "QUEUED") else 1
+            row["attempt"] = 0 if row["status"] in NOT_STARTED else 1
         if progress:
             keeping.keep_seen_row(d, row, job)
         return row

@@ -8,9 +8,10 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
+from rayjobs.contract.status import Status
 from rayjobs.contract.status import TERMINAL
 from rayjobs.views import logparse, metricfiles
-from rayjobs.views.jobfields import field, meta, status_of
+from rayjobs.views.jobfields import field, job_meta, meta, status_of
 from rayjobs.views.jobrows import add_progress, base_row, scan_head
 
 if TYPE_CHECKING:
@@ -68,7 +69,7 @@ def keep_job(dash: Any, job: Any, row: Optional[dict[str, Any]] = None, tail: Op
         tail = tail if tail is not None else _fetch_tail(dash, job)
         if from_log and row.get("total_steps") is None and field(job, "driver_node_id") and not field(job, "from_queue"):
             _scan_total(dash, job, row)  # list reads only the log's end; the copy is for good
-        if tail is not None and row.get("status") == "FAILED" and not row.get("error"):
+        if tail is not None and row.get("status") == Status.FAILED and not row.get("error"):
             row["error"] = logparse.failure_line(logparse.clean_block(tail.decode("utf-8", "replace")))
         metrics, src = _metrics_of(dash, job, history, from_log)
         final = dict(row, queue_position=None, attempt=row.get("attempt") or 1)
@@ -156,7 +157,7 @@ def _metrics_of(dash: Any, job: Any, history: Optional[dict[int, dict[str, float
     """(per-attempt JSONL bodies, where from): the run dir's files if readable here, else the
     history given, else (``from_log``) the log's step lines; (None, None): not read."""
     bodies = []
-    for f in metricfiles.jsonl_files(meta(job).get("run_dir")):
+    for f in metricfiles.jsonl_files(job_meta(job).run_dir or None):
         try:
             bodies.append(f.read_bytes())
         except OSError:

@@ -70,9 +70,9 @@ def all_jobs(d: Any) -> list[dict[str, Any]]:
 def check_experiment(name: str, all_jobs: Sequence[Any]) -> None:
     """No job of ``name``: fine if it is a known experiment, else an error with the closest names."""
     from rayjobs.errors import did_you_mean
-    from rayjobs.views.jobfields import meta
+    from rayjobs.views.jobfields import job_meta
 
-    names = {meta(j).get("experiment", "") for j in all_jobs} - {""}
+    names = {job_meta(j).experiment for j in all_jobs} - {""}
     try:
         from rayjobs.config import compose
 

@@ -38,14 +38,14 @@ def replay(*, since: str = "30d", policies: Sequence[str] = (), quota: Optional[
     except ValueError as e:
         raise ConfigError(f"--quota: {e}".replace(team.QUOTA_ENV + ": ", "")) from None
     q = connect(address, address_from="--address", quiet=True).queue
-    views, usage = q.jobs(since=t), q.usage(since=t)
-    shape = _shape(q.summary().get("cluster") or {})
-    tr, about = history.trace_from(views, usage.get("jobs") or {}, nodes=shape[0], gpus_per_node=shape[1])
+    views, usage = q.jobs(since=t), q.usage(since=t).jobs
+    shape = _shape(q.summary().cluster or {})
+    tr, about = history.trace_from(views, usage, nodes=shape[0], gpus_per_node=shape[1])
     if not tr.jobs:
         raise ConfigError(f"no job with GPUs ran on the cluster in the last {since}: nothing to replay (a longer --since?)")
     if save_trace:
         tracefile.write(tr, save_trace)
-    rec = history.recorded(views, usage.get("jobs") or {}, tr)
+    rec = history.recorded(views, usage, tr)
     reports, waits = {}, {"recorded": rec.pop("waits")}
     for n in names:
         reports[n], sim = pol.run(tr, n, qp)

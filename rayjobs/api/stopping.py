@@ -6,6 +6,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
+from rayjobs.contract.meta import JobMeta
+from rayjobs.contract.status import Status
 from rayjobs.contract.status import TERMINAL
 from rayjobs.errors import ConfigError, RayjobsError
 
@@ -64,10 +66,10 @@ def stop_jobs(job_ids: Sequence[str] = (), *, sweep: Optional[str] = None, wait:
     live = [i for i in jobs if status[i] not in TERMINAL]
     queued = [i for i in live if jobs[i].get("state")]  # the queue's (its views carry a state)
     others = [i for i in live if i not in queued]  # Ray jobs rayjobs did not submit
-    running = [i for i in live if status[i] not in ("QUEUED",)]
+    running = [i for i in live if status[i] != Status.QUEUED]
     if at_checkpoint:
         for i in running:
-            _check_saves_checkpoints(i, jobrows.meta(jobs[i]))
+            _check_saves_checkpoints(i, jobrows.job_meta(jobs[i]))
     redo = list(_redo_lines(d, running, at_checkpoint))  # read before the stop: the step each was at
     if queued:  # a refusal (another's job: 403) is its one line: nothing said before it, nothing changed
         d.queue.stop(queued, mode="checkpoint" if at_checkpoint else "now", timeout_s=timeout)
@@ -83,9 +85,9 @@ def stop_jobs(job_ids: Sequence[str] = (), *, sweep: Optional[str] = None, wait:
     return status
 
 
-def _check_saves_checkpoints(job_id: str, meta: dict[str, Any]) -> None:
+def _check_saves_checkpoints(job_id: str, meta: JobMeta) -> None:
     """``--at-checkpoint`` needs a verl job of rayjobs' that saves checkpoints (one line, exit 2)."""
-    if not meta.get("checkpoint_dir"):
+    if not meta.checkpoint_dir:
         raise ConfigError(f"{job_id} has no checkpoint dir rayjobs knows (not a verl job submitted through rayjobs); "
                           f"stop it without --at-checkpoint")
     from rayjobs import ledger

@@ -6,6 +6,7 @@ import re
 import time
 from typing import Any, Callable, Optional
 
+from rayjobs.contract import wire
 from rayjobs.errors import ConfigError
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -52,14 +53,14 @@ def usage(*, user: Optional[str] = None, sweep: Optional[str] = None, since: Opt
     t = since_ts(since)
     try:
         d = connect(address, address_from="--address", quiet=True, start=False)  # a read
-        doc = d.queue.usage(user=user, sweep=sweep, since=t)
+        reply = d.queue.usage(user=user, sweep=sweep, since=t)
     except ClusterUnreachable as e:
         return _from_record(address, user, sweep, t, e, say)
     try:
-        ledger.remember_usage(d.target.key, doc.get("jobs") or {}, float(doc.get("at") or time.time()))
+        ledger.remember_usage(d.target.key, reply.jobs or {}, float(reply.at or time.time()))
     except OSError:
         pass  # a read-only home: the answer is still shown
-    return doc
+    return wire.to_json(reply)
 
 
 def _from_record(address: Optional[str], user: Optional[str], sweep: Optional[str], since: Optional[float],

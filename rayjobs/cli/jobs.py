@@ -16,6 +16,7 @@ import click
 
 from rayjobs.cli.common import ADDRESS, _exit, _open, _pipe_safe, _say, json_rows
 from rayjobs.cli.group import main
+from rayjobs.contract.status import Status
 from rayjobs.errors import run_cli
 from rayjobs.shared import TERMINAL
 
@@ -131,7 +132,7 @@ def _kept_log(job_id: str, e: Exception, *, lines: Optional[int], as_json: bool,
         sys.stdout.write(text)
     if not tail:
         return 0
-    status = str(row["status"]) if row.get("final") else "UNKNOWN"
+    status = str(row["status"]) if row.get("final") else Status.UNKNOWN
     _say(f"{row['id']} · {status} (kept in the local record)")
     return EXIT_CODES.get(status, 4)
 
@@ -351,9 +352,9 @@ def stop_cmd(job_ids: tuple[str, ...], sweep: Optional[str], at_checkpoint: bool
             click.echo(f"{i} {st}")
         pending = [i for i, st in status.items() if st not in TERMINAL]
         for i in pending:
-            if status[i] == "PENDING":
+            if status[i] == Status.PENDING:
                 _say(f"{i} has not started yet: Ray stops it as soon as it starts")
-        late = sorted(i for i in pending if status[i] != "PENDING")
+        late = sorted(i for i in pending if status[i] != Status.PENDING)
         if late and at_checkpoint:
             _say(f"stopping at their next checkpoint: {', '.join(late)} (rayjobs status shows when)")
         elif late:

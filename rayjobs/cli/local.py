@@ -10,6 +10,7 @@ import click
 
 from rayjobs.cli.common import _say
 from rayjobs.cli.group import main
+from rayjobs.contract.status import IN_RAY
 from rayjobs.errors import ClusterUnreachable, run_cli
 
 
@@ -149,7 +150,7 @@ def _warn_running(embedded: Any) -> None:
         from rayjobs.client.queueapi import connect_queue
 
         q = connect_queue(Dashboard(embedded.target(rec)), start=False, timeout=5.0)
-        jobs = q.jobs(status=["PENDING", "RUNNING"])
+        jobs = q.jobs(status=list(IN_RAY))
     except Exception:  # noqa: BLE001 (a head already going down: nothing to name)
         return
     ids = [j["submission_id"] for j in jobs]

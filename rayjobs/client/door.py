@@ -150,6 +150,10 @@ class Door(QueueAPI):
         params = {k: v for k, v in (("user", user), ("since", since), ("limit", limit)) if v is not None}
         return wire.from_json(wire.AuditList, self.call("GET", "/audit", params=params))
 
+    def page_link(self) -> wire.PageLink:
+        """A one-time login link to the team's page for this token's user (``rayjobs ui``; a secret)."""
+        return wire.from_json(wire.PageLink, self.call("POST", "/page/link"))
+
     # ------------------------------------------------------------------ what the head reads for us
     def metrics(self, job_id: str) -> wire.Metrics:
         return wire.from_json(wire.Metrics, self.call("GET", f"/jobs/{job_id}/metrics"))

@@ -23,6 +23,7 @@ from typing import Any, Callable, Optional, Sequence
 from urllib.parse import urlsplit
 
 from rayjobs.contract import wire
+from rayjobs.contract.status import Status
 from rayjobs.errors import ClusterUnreachable, ConfigError, NoSuchJob, RayjobsError, SubmitError, short_reason
 from rayjobs.shared import ROLE_KEY
 
@@ -50,6 +51,15 @@ def _error(status: int, text: str) -> RayjobsError:
     if status >= 500:
         return ClusterUnreachable(f"the cluster's queue failed: {msg}")
     return ConfigError(msg)
+
+
+def _parsed(cls: type, doc: Any) -> Any:
+    """An answer as its wire class (fields it does not declare are dropped); one line if it is none."""
+    try:
+        return wire.from_json(cls, doc)
+    except ValueError as e:
+        raise ClusterUnreachable(f"the cluster's queue answered something else than a {cls.__name__} ({e}): "
+                                 f"is its rayjobs another version? (`rayjobs cluster` shows both)") from None
 
 
 class QueueAPI:
@@ -100,40 +110,49 @@ class QueueAPI:
     def enqueue(self, req: wire.EnqueueRequest) -> wire.EnqueueReply:
         return wire.from_json(wire.EnqueueReply, self.call("POST", "/jobs", body=wire.to_json(req)))
 
-    def jobs(self, **filters: Any) -> list[dict[str, Any]]:
+    def views(self, **filters: Any) -> list[wire.JobView]:
         """Every job passing ``filters`` (``sweep``, ``status`` list, ``user``, ``experiment``, ``since``),
-        oldest first, all pages: :class:`~rayjobs.contract.wire.JobView` dicts."""
+        oldest first, all pages."""
         params = {k: v for k, v in filters.items() if v not in (None, (), [])}
-        out: list[dict[str, Any]] = []
+        out: list[wire.JobView] = []
         cursor: Optional[str] = None
         for _ in range(10_000):  # bounded: 10,000 pages of up to 100,000 jobs
             page = self.call("GET", "/jobs", params=dict(params, limit=100_000, **({"cursor": cursor} if cursor else {})))
-            out += page["jobs"]
+            out += [_parsed(wire.JobView, v) for v in page["jobs"]]
             cursor = page.get("next")
             if not cursor:
                 break
         return out
 
-    def job(self, job_id: str) -> Optional[dict[str, Any]]:
+    def jobs(self, **filters: Any) -> list[dict[str, Any]]:
+        """:meth:`views` as dicts (the views read them beside Ray's job dicts): declared fields only."""
+        return [dict(vars(v)) for v in self.views(**filters)]  # (a JobView nests no wire object)
+
+    def view(self, job_id: str) -> Optional[wire.JobView]:
         """One job's view, or None if the queue has no record of it."""
         try:
-            return self.call("GET", f"/jobs/{job_id}")
+            return _parsed(wire.JobView, self.call("GET", f"/jobs/{job_id}"))
         except NoSuchJob:
             return None
+
+    def job(self, job_id: str) -> Optional[dict[str, Any]]:
+        """:meth:`view` as a dict (declared fields only), or None."""
+        v = self.view(job_id)
+        return None if v is None else dict(vars(v))
 
     def stop(self, ids: Sequence[str], *, mode: str = "now", timeout_s: float = 3600.0) -> list[wire.StopOutcome]:
         doc = self.call("POST", "/jobs/stop", body={"ids": list(ids), "mode": mode, "timeout_s": float(timeout_s)})
         return [wire.from_json(wire.StopOutcome, o) for o in doc["results"]]
 
-    def resume(self, job_id: str, new_id: Optional[str] = None) -> dict[str, Any]:
-        return self.call("POST", f"/jobs/{job_id}/resume", body={"new_id": new_id})
+    def resume(self, job_id: str, new_id: Optional[str] = None) -> wire.JobView:
+        return _parsed(wire.JobView, self.call("POST", f"/jobs/{job_id}/resume", body={"new_id": new_id}))
 
-    def summary(self) -> dict[str, Any]:
-        return self.call("GET", "/queue")
+    def summary(self) -> wire.QueueSummary:
+        return _parsed(wire.QueueSummary, self.call("GET", "/queue"))
 
-    def usage(self, **filters: Any) -> dict[str, Any]:
+    def usage(self, **filters: Any) -> wire.UsageReply:
         """``GET /v1/usage`` (``user``, ``sweep``, ``since``: epoch s)."""
-        return self.call("GET", "/usage", params={k: v for k, v in filters.items() if v is not None})
+        return _parsed(wire.UsageReply, self.call("GET", "/usage", params={k: v for k, v in filters.items() if v is not None}))
 
     def has_code(self, key: str) -> bool:
         try:
@@ -214,7 +233,7 @@ def start_refused(d: Any, sid: str) -> Optional[str]:
     """The starter job's last line if it failed (the queue refused to start: its store is another
     live queue's, say), else None -- also where the dashboard cannot say (the wait goes on)."""
     try:
-        if str(d.job(sid).get("status") or "").split(".")[-1] != "FAILED":
+        if Status.of(d.job(sid).get("status")) != Status.FAILED:
             return None
         lines = [ln.strip() for ln in d.logs(sid).splitlines() if ln.strip()]
     except Exception:  # noqa: BLE001

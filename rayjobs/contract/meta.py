@@ -86,7 +86,7 @@ class JobMeta:
     @classmethod
     def from_ray(cls, metadata: Optional[Mapping[str, Any]]) -> "JobMeta":
         """Parse Ray's metadata (lenient: an unreadable value is the field's default)."""
-        raw = dict(metadata or {})
+        raw = {k: v for k, v in dict(metadata or {}).items() if v is not None}  # None: not given
         kw: dict[str, Any] = {}
         for f in fields(cls):
             if f.name == "extra" or f.name not in raw:
@@ -122,6 +122,8 @@ def _parse(name: str, value: Any, default: Any) -> Any:
     try:
         if name in _JSON_LISTS:
             items = json.loads(value) if isinstance(value, str) else list(value or [])
+            if not isinstance(items, list):  # read whole or not at all: '"a"' is no list of one
+                return default
             if name == "gpu_groups":
                 return tuple(int(g) for g in items if int(g) > 0)
             return tuple(str(i) for i in items)

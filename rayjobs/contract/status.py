@@ -28,15 +28,26 @@ class Status(str, Enum):
     def of(cls, value: object) -> "Status":
         """``"RUNNING"``, ``JobStatus.RUNNING`` or ``"JobStatus.RUNNING"`` -> :attr:`RUNNING`;
         anything else -> :attr:`UNKNOWN`."""
-        text = str(getattr(value, "value", value) or "").split(".")[-1].upper()
         try:
-            return cls(text)
+            return cls(word(value).upper())
         except ValueError:
             return cls.UNKNOWN
 
 
+def word(value: object, default: str = "") -> str:
+    """Ray's status as the word users see, read in this one place: ``JobStatus.RUNNING``,
+    ``"JobStatus.RUNNING"`` or ``"RUNNING"`` -> ``"RUNNING"``; None or empty -> ``default``. A word
+    this version does not know stays as it came (a newer Ray's status is shown, not hidden)."""
+    text = str(getattr(value, "value", value) or "")
+    return text.split(".")[-1] if text else default
+
+
 #: The statuses that never change again.
-TERMINAL: tuple[str, ...] = ("SUCCEEDED", "FAILED", "STOPPED")
+TERMINAL: tuple[str, ...] = (Status.SUCCEEDED.value, Status.FAILED.value, Status.STOPPED.value)
+#: The statuses of a job Ray has and that has not ended (it starts, or runs).
+IN_RAY: tuple[str, ...] = (Status.PENDING.value, Status.RUNNING.value)
+#: The statuses of a job that has not started running (no attempt yet).
+NOT_STARTED: tuple[str, ...] = (Status.PENDING.value, Status.QUEUED.value)
 #: Every status, in the order a user meets them.
 STATUSES: tuple[str, ...] = tuple(s.value for s in Status)
 

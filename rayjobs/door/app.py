@@ -29,6 +29,7 @@ GET        /v1/users                        the users                           
 POST       /v1/users                        add one: its token, shown once (201)            admin
 POST       /v1/users/{name}/revoke          refuse its tokens from the next request         admin
 GET        /v1/audit                        the audit (a non-admin: its own entries)        any
+POST       /v1/page/link                    a one-time login link to the page (201)         any
 =========  ===============================  ==============================================  =========
 
 Identity (:mod:`rayjobs.door.identity`): ``Authorization: Bearer`` with the cluster's token (its
@@ -105,7 +106,7 @@ def create_app(svc: Any, token: Optional[str], kick: Callable[[], None] = lambda
     from rayjobs.door.identity import identify
     from rayjobs.door.routes import ROUTERS
     from rayjobs.door.routes.page import mount_static
-    from rayjobs.door.sessions import SessionBook
+    from rayjobs.door.sessions import OnceCodes, SessionBook
 
     app = FastAPI(title="rayjobs door", version=__version__, openapi_url=None, docs_url=None, redoc_url=None,
                   description=__doc__, dependencies=[Depends(identify)])
@@ -113,6 +114,7 @@ def create_app(svc: Any, token: Optional[str], kick: Callable[[], None] = lambda
                  fingerprint=fingerprint)
     app.state.rj = rj
     app.state.sessions = SessionBook()  #: the page's logins, in this process's memory (a restart logs out)
+    app.state.once = OnceCodes()  #: ``rayjobs ui``'s one-time login codes (their hashes), in memory too
     for router in ROUTERS:
         app.include_router(router)
     app.add_exception_handler(StarletteHTTPException, _http_error)

@@ -2,7 +2,8 @@
 
 Every request that changes something (POST, PUT, DELETE) and every refused one (401, 403, 429) is
 appended to :class:`rayjobs.door.audit.AuditLog` once its answer has gone out, in the door's I/O
-pool (the write is fsync'ed). A blocked address's 429s are not written one by one: the line of
+pool (the write is fsync'ed); so is a request a route marks ``audit_always`` (the page's one-time
+login, a GET that opens a session). A blocked address's 429s are not written one by one: the line of
 the failure that started the block says so. Routes add their targets and result line through
 ``request.state`` (``audit_target``, ``audit_result``); a refusal's result is its one-line error.
 """
@@ -29,7 +30,9 @@ _ROUTES = [  # (method, path pattern, action); a group ``t``: the id the path na
     ("POST", rf"^{PREFIX}/users/(?P<t>[^/]+)/revoke$", "users.revoke"),
     ("POST", rf"^{PREFIX}/session$", "session.open"),
     ("DELETE", rf"^{PREFIX}/session$", "session.close"),
+    ("POST", rf"^{PREFIX}/page/link$", "session.link"),
     ("POST", r"^/login$", "session.open"),  # the page's (rayjobs.door.routes.page)
+    ("GET", r"^/login/once$", "session.open"),
     ("POST", r"^/logout$", "session.close"),
     ("POST", r"^/jobs/(?P<t>[^/]+)/stop$", "stop"),
     ("POST", r"^/jobs/(?P<t>[^/]+)/resume$", "resume"),
@@ -80,7 +83,7 @@ class AuditTrail:
     async def _write(self, scope: dict[str, Any], at: float, seen: dict[str, Any]) -> None:
         method, status = str(scope.get("method", "")), int(seen["status"] or 500)
         state = scope.get("state") or {}
-        if not audited(method, status) or state.get("audit_skip"):
+        if not (audited(method, status) or state.get("audit_always")) or state.get("audit_skip"):
             return
         entry = self.entry(scope, at, status, seen["body"])
         try:
@@ -98,8 +101,8 @@ class AuditTrail:
         if status >= 400:
             try:
                 result = str(json.loads(body).get("error") or "")
-            except (ValueError, AttributeError):
-                result = body[:200].decode("utf-8", "replace")
+            except (ValueError, AttributeError):  # a page's refusal (HTML): the route's own line if it said one
+                result = state.get("audit_result") or body[:200].decode("utf-8", "replace")
         if state.get("audit_note"):
             result = f"{result}; {state['audit_note']}" if result else state["audit_note"]
         client = scope.get("client") or ("?", 0)

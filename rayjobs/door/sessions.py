@@ -6,10 +6,15 @@ in again with their token), bounded (:data:`MAX_SESSIONS`, the oldest dropped) a
 (:data:`TTL_S`). A session stands for the identity that logged in; the door checks on every request
 that this user and the token it logged in with are still valid (a revoke ends its sessions at
 once) and takes the user's role as it is now. Pure (a clock is given), no I/O.
+
+``rayjobs ui`` logs a browser in without the token: the CLI asks the door (with the token) for a
+one-time login code (:class:`OnceCodes`: random, valid :data:`ONCE_TTL_S`, used once, kept only as
+its SHA-256 in memory) and opens ``/login/once?code=...``, which trades it for a session.
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import secrets
 import threading
@@ -23,6 +28,10 @@ COOKIE = "rayjobs_session"
 #: How long a session lasts from its login.
 TTL_S = 12 * 3600.0
 MAX_SESSIONS = 10_000
+#: How long a one-time login code is good for (the CLI opens the browser at once).
+ONCE_TTL_S = 60.0
+#: The most codes waiting to be used (the oldest dropped): each is made by an authenticated caller.
+MAX_CODES = 1000
 
 
 @dataclass(frozen=True)
@@ -80,6 +89,60 @@ class SessionBook:
 
     def __len__(self) -> int:
         return len(self._by_id)
+
+
+@dataclass(frozen=True)
+class OnceCode:
+    """What a one-time login code stands for: the identity that asked for it, until ``expires``."""
+
+    name: str
+    role: str
+    token_id: Optional[str]
+    expires: float
+
+
+class OnceCodes:
+    """One-time login codes by their SHA-256 (the code itself is never kept), in memory, bounded."""
+
+    def __init__(self, clock: Callable[[], float] = time.time, ttl_s: float = ONCE_TTL_S,
+                 max_codes: int = MAX_CODES) -> None:
+        self.clock, self.ttl_s, self.max = clock, ttl_s, max_codes
+        self._by_hash: "OrderedDict[str, OnceCode]" = OrderedDict()
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def digest(code: str) -> str:
+        return hashlib.sha256(code.encode()).hexdigest()
+
+    def issue(self, name: str, role: str, token_id: Optional[str]) -> tuple[str, OnceCode]:
+        """A new code for this identity: (the code, shown once; what it stands for)."""
+        code = secrets.token_urlsafe(32)
+        entry = OnceCode(name, role, token_id, self.clock() + self.ttl_s)
+        with self._lock:
+            now = self.clock()
+            for h in [h for h, e in self._by_hash.items() if e.expires <= now]:
+                del self._by_hash[h]
+            self._by_hash[self.digest(code)] = entry
+            while len(self._by_hash) > self.max:
+                self._by_hash.popitem(last=False)
+        return code, entry
+
+    def redeem(self, code: Optional[str]) -> tuple[Optional[OnceCode], str]:
+        """Use ``code`` up: (what it stands for, "") or (None, why: one line). A code works once:
+        it is gone after the first try, whatever that try's outcome."""
+        if not code:
+            return None, "the link has no code: run `rayjobs ui` again for a new one"
+        with self._lock:
+            entry = self._by_hash.pop(self.digest(code), None)
+        if entry is None:
+            return None, "this login link was used already or is unknown: run `rayjobs ui` again for a new one"
+        if entry.expires <= self.clock():
+            return None, (f"this login link expired ({self.ttl_s:.0f} s after it was made): "
+                          f"run `rayjobs ui` again for a new one")
+        return entry, ""
+
+    def __len__(self) -> int:
+        return len(self._by_hash)
 
 
 def csrf_ok(session: Optional[Session], given: Optional[str]) -> bool:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from rayjobs.contract.record import JobRecord
-from rayjobs.contract.status import TERMINAL
+from rayjobs.contract.status import TERMINAL, word
 from rayjobs.oncluster.headapi import LOST, JobsClient
 from rayjobs.oncluster.jobrecord import submit_kwargs
 
@@ -38,7 +38,7 @@ class Seen:
 
     @property
     def status(self) -> str:
-        return str(self.details.get("status") or "").split(".")[-1]
+        return word(self.details.get("status"))
 
     @property
     def ended(self) -> bool:

@@ -91,7 +91,7 @@ def finish_record(rec: JobRecord, status: str, message: str = "", info: Optional
         out = out.with_(end_time=info["end_time"])
     final = last_metrics(meta.run_dir, attempts)
     ckpt = saved_step(meta.checkpoint_dir)
-    cause = runner_cause(str(info.get("message") or "")) if status == "FAILED" and not message else None
+    cause = runner_cause(str(info.get("message") or "")) if status == Status.FAILED and not message else None
     return out.with_(final=final or rec.final, checkpoint_step=ckpt if ckpt is not None else rec.checkpoint_step,
                      cause=cause or rec.cause)
 

@@ -12,7 +12,7 @@ from typing import Any, Iterable, Optional, Sequence
 
 from rayjobs.contract import wire
 from rayjobs.contract.record import JobRecord
-from rayjobs.contract.status import State
+from rayjobs.contract.status import State, Status, word
 from rayjobs.oncluster.clusterstate import describe_cluster
 from rayjobs.oncluster.headapi import LOST
 from rayjobs.oncluster.jobrecord import runner_cause
@@ -84,7 +84,7 @@ def reason(svc: Any, w: Waiting) -> str:
 
 def waiting_view(svc: Any, w: Waiting, position: Optional[int] = None) -> dict[str, Any]:
     v = _base(w.rec)
-    v.update(status="QUEUED", queue_position=position or svc.state.position(w.id), message=reason(svc, w),
+    v.update(status=Status.QUEUED, queue_position=position or svc.state.position(w.id), message=reason(svc, w),
              held=svc.decision.holds.get(w.id))
     return v
 
@@ -95,31 +95,31 @@ def running_view(r: Running) -> dict[str, Any]:
     v.update(in_ray=r.in_ray, preempting_for=r.preempting_for or None, start_time=ray.get("start_time"),
              driver_node_id=ray.get("driver_node_id"), message=ray.get("message") or r.rec.note or None)
     if not r.in_ray:
-        v.update(status="PENDING", message="admitted: the queue is submitting it to Ray")
+        v.update(status=Status.PENDING, message="admitted: the queue is submitting it to Ray")
     elif r.ended and r.ended != LOST:
         v["status"] = r.ended
-        if r.ended == "FAILED" and not v["cause"]:  # its leftovers are being reaped: the record waits for that
+        if r.ended == Status.FAILED and not v["cause"]:  # its leftovers are being reaped: the record waits for that
             v["cause"] = runner_cause(str(ray.get("message") or ""))
-        if r.rec.preempting and r.ended == "STOPPED" and not r.stop_asked:
-            v.update(status="QUEUED", message="preempted: going back to its place in the queue",
+        if r.rec.preempting and r.ended == Status.STOPPED and not r.stop_asked:
+            v.update(status=Status.QUEUED, message="preempted: going back to its place in the queue",
                      preempted={"by": r.rec.preempting.get("by"), "why": r.rec.preempting.get("why")})
     elif r.ended == LOST:
-        v.update(status="QUEUED", message="its Ray run was lost with the head: it goes back in line once its "
+        v.update(status=Status.QUEUED, message="its Ray run was lost with the head: it goes back in line once its "
                                           "leftovers are ended (or fails, with no retry left)")
     else:
-        v["status"] = str(ray.get("status") or "PENDING").split(".")[-1]
+        v["status"] = word(ray.get("status"), Status.PENDING)
     return v
 
 
 def done_view(rec: JobRecord) -> dict[str, Any]:
     v = _base(rec)
-    v.update(status=str(rec.status.value if rec.status else "UNKNOWN"), message=rec.message or None)
+    v.update(status=str(rec.status or Status.UNKNOWN), message=rec.message or None)
     return v
 
 
 def unreadable_view(job_id: str, path: Any) -> dict[str, Any]:
     return wire.to_json(wire.JobView(
-        submission_id=job_id, status="UNKNOWN", state="", from_queue=True,
+        submission_id=job_id, status=Status.UNKNOWN, state="", from_queue=True,
         message=f"its queue record {path} is unreadable (cut mid-write, or edited by hand): the queue cannot run "
                 f"or show it; restore the file or delete it"))
 
@@ -128,7 +128,7 @@ def foreign_view(job: dict[str, Any]) -> dict[str, Any]:
     """A Ray job the queue does not know (a plain ``ray job submit``, a driver) as a JobView: Ray's
     word on it, ``state`` "" and ``foreign``."""
     return {"submission_id": str(job.get("submission_id") or job.get("job_id") or ""),
-            "status": str(job.get("status") or "UNKNOWN").split(".")[-1], "state": "",
+            "status": word(job.get("status"), Status.UNKNOWN), "state": "",
             "metadata": {str(k): str(v) for k, v in (job.get("metadata") or {}).items()},
             "message": job.get("message"), "queue_position": None, "held": None, "queued_at": None,
             "admitted_at": None, "finished_at": None, "start_time": job.get("start_time"),

@@ -14,7 +14,7 @@ import time
 from typing import Iterable
 
 from rayjobs.contract.record import JobRecord
-from rayjobs.contract.status import TERMINAL
+from rayjobs.contract.status import TERMINAL, word
 from rayjobs.oncluster.headapi import JobsClient
 from rayjobs.oncluster.preemption import MIN_AGE_S
 from rayjobs.oncluster.store import QueueStore
@@ -47,7 +47,7 @@ def prune(store: QueueStore, jobs: JobsClient, records: Iterable[JobRecord]) -> 
     pruned = {r.id for r in records if r.pruned} | set(gone)
     for j in jobs.list_jobs():
         sid = j.get("submission_id")
-        ended = (str(j.get("status")).split(".")[-1] in TERMINAL and sid
+        ended = (word(j.get("status")) in TERMINAL and sid
                  and float(j.get("end_time") or 0) / 1000.0 < now - MIN_AGE_S)
         # rayjobs' own small jobs, and the entry Ray writes back for a job deleted too soon
         if ended and ((j.get("metadata") or {}).get(ROLE_KEY) or (sid in pruned and not j.get("metadata"))):

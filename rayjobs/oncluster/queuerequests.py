@@ -170,8 +170,8 @@ class QueueRequests:
             st.calm_until = now + 2.0
             why = ("stopped while waiting to resume after a preemption" if w.rec.preempted
                    else "stopped while queued: it never started")
-            svc.finish(w.rec, "STOPPED", why)
-            return StopOutcome(job_id, "cancelled", "STOPPED", why)
+            svc.finish(w.rec, Status.STOPPED, why)
+            return StopOutcome(job_id, "cancelled", Status.STOPPED, why)
         r = st.running.get(job_id) or st.ending.get(job_id)
         if r is None:
             rec = svc.records[job_id]
@@ -179,15 +179,15 @@ class QueueRequests:
         r.stop_asked = True
         st.version += 1
         if job_id in st.ending:  # stopped for a preemption already: it ends, not back in line
-            return StopOutcome(job_id, "stopping", "STOPPED", "it has stopped; it ends there")
+            return StopOutcome(job_id, "stopping", Status.STOPPED, "it has stopped; it ends there")
         r.rec = svc._put(r.rec.with_(stop_asked=True))
         if mode == "checkpoint":
             ask_stop(Path(r.rec.meta.run_dir), job_id, timeout_s)
-            return StopOutcome(job_id, "at_checkpoint", "RUNNING",
+            return StopOutcome(job_id, "at_checkpoint", Status.RUNNING,
                                f"it stops once its next checkpoint is saved (at most {timeout_s:g} s)")
         if r.in_ray:  # (not yet in Ray: it is stopped as soon as its submit returns)
             svc.pool.submit(svc.jobs.stop, job_id)
-        return StopOutcome(job_id, "stopping", str(r.ray.get("status") or "PENDING"),
+        return StopOutcome(job_id, "stopping", str(r.ray.get("status") or Status.PENDING),
                            "SIGTERM, then the head's grace period to save")
 
     # ---------------------------------------------------------------- resume
@@ -204,7 +204,7 @@ class QueueRequests:
         if rec is None:
             raise RequestError(404, f"no job {old!r} in the queue; `rayjobs list` shows the ids")
         if not rec.done:
-            raise RequestError(409, f"{old} is {'QUEUED' if rec.state == State.WAITING else 'RUNNING'}: only a stopped "
+            raise RequestError(409, f"{old} is {Status.QUEUED if rec.state == State.WAITING else Status.RUNNING}: only a stopped "
                                     f"or failed job can be resumed (rayjobs stop {old} first)")
         if rec.status == Status.SUCCEEDED:
             raise RequestError(409, f"{old} SUCCEEDED: nothing to resume (`rayjobs rerun {old}` trains it again)")

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Optional
 
 from rayjobs.contract.record import JobRecord
+from rayjobs.contract.status import Status
 from rayjobs.oncluster.request import Request, request_from_record
 
 
@@ -221,7 +222,7 @@ class QueueState:
         """``r``'s GPUs went back at ``at`` (epoch s; it ended, or was stopped): its user's usage grows,
         and a run that SUCCEEDED tells how long its kind of run takes (:meth:`expected_s`)."""
         self.charge(r.req.user, r.req.gpus, r.admitted_at, at)
-        if status == "SUCCEEDED" and at > r.admitted_at and not r.rec.preemptions and not r.rec.lost:
+        if status == Status.SUCCEEDED and at > r.admitted_at and not r.rec.preemptions and not r.rec.lost:
             runs = self.took.setdefault(run_kind(r), [])
             runs.append(at - r.admitted_at)
             del runs[:-KEEP_RUNS]
@@ -232,7 +233,7 @@ class QueueState:
         req = request_from_record(rec)
         for a, b in rec.spans:
             self.charge(req.user, req.gpus, float(a), float(b))
-        if str(rec.status) == "SUCCEEDED" and len(rec.spans) == 1 and not rec.preemptions and not rec.lost:
+        if rec.status == Status.SUCCEEDED and len(rec.spans) == 1 and not rec.preemptions and not rec.lost:
             a, b = rec.spans[0]
             runs = self.took.setdefault(run_kind(Waiting(rec, req)), [])
             runs.append(float(b) - float(a))

@@ -35,6 +35,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
+from rayjobs.contract.status import Status
 from rayjobs.oncluster import capacity, halving, policy as team, warmth
 from rayjobs.oncluster.decision import (  # noqa: F401  (the rules' inputs and answers, by their usual names)
     Action, Admit, CallOff, ClusterView, Decision, Evict, Fail, Holdings, Offer, Policy, Preempt, Release, Rung,
@@ -204,7 +205,7 @@ def dependencies(p: Pass) -> None:
             status = st.done.get(dep)
             if status is None and not st.holds(dep):
                 status = "gone"
-            if status == "SUCCEEDED":
+            if status == Status.SUCCEEDED:
                 continue
             (pending if status is None else failed).append(dep if status is None else f"{dep} {status}")
         if failed:

@@ -28,7 +28,7 @@ from typing import Any, Callable, Optional
 
 from rayjobs.contract.files import write_atomic
 from rayjobs.contract.record import JobRecord
-from rayjobs.contract.status import TERMINAL
+from rayjobs.contract.status import IN_RAY, TERMINAL, word
 from rayjobs.oncluster.headapi import JobsClient
 from rayjobs.oncluster.jobrecord import submit_kwargs
 from rayjobs.shared import STANDBY_GO_ENV, STANDBY_KEY
@@ -105,7 +105,7 @@ class Standby:
 
     def _go(self, rec: JobRecord, submitted: Future, go: Path) -> Any:
         ok = bool(submitted.result())
-        if ok and self._status(rec.id) in ("PENDING", "RUNNING"):
+        if ok and self._status(rec.id) in IN_RAY:
             meta = submit_kwargs(rec, self.code_dir(rec.code))["metadata"]
             write_atomic(go, json.dumps({k: meta[k] for k in ADMISSION_KEYS if k in meta}).encode())
             return ("ok", "")
@@ -136,7 +136,7 @@ class Standby:
 
     def _status(self, sid: str) -> str:
         got = self.jobs.details(sid)
-        return str((got or {}).get("status") or "?").split(".")[-1]
+        return word((got or {}).get("status"), "?")
 
     def _forget(self, sid: str, timeout: float = 30.0) -> None:
         """Stop and delete what Ray has of ``sid``, so the id can be submitted again (bounded)."""

@@ -134,7 +134,8 @@ def _queue_page(rows: list[dict[str, Any]], total: int, page: int, pages: int, s
 def actions(view: dict[str, Any], allowed: bool) -> list[str]:
     """The actions its viewer may take on this job now (``allowed``: the door's permissions let it
     control this job; the route checks again): ``stop``, ``checkpoint`` (stop at its next
-    checkpoint), ``resume``. (A rerun is a new run whose config the laptop composes: ``rayjobs rerun``.)"""
+    checkpoint), ``resume``. (A rerun is a new run whose config the laptop composes: the page names
+    ``rayjobs rerun ID`` where the viewer may rerun, :func:`job_context`'s ``rerun``.)"""
     if view.get("foreign") or not allowed:
         return []
     if view.get("state") == "done":
@@ -158,7 +159,9 @@ def job_context(view: dict[str, Any], allowed: bool, now: Optional[float] = None
         facts.insert(1, ("position", str(view.get("queue_position") or "-")))
     return {"id": view["submission_id"], "status": view["status"], "facts": facts, "message": view.get("message") or "",
             "cause": view.get("cause") or "", "halved": (view.get("halved") or {}).get("text") or "",
-            "actions": actions(view, allowed), "live": view.get("state") != "done", "sweep": m.get("sweep") or ""}
+            "actions": actions(view, allowed), "live": view.get("state") != "done", "sweep": m.get("sweep") or "",
+            # a rerun's config is composed where the job was submitted (its ledger): the page names the command
+            "rerun": bool(allowed and view.get("state") == "done" and not view.get("foreign"))}
 
 
 def curves(steps: Sequence[dict[str, Any]], wanted: Sequence[str] = ()) -> dict[str, Any]:

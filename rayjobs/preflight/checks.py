@@ -50,10 +50,7 @@ def _enabled(prepared: Sequence[Any]) -> bool:
 
 
 def _label(p: Any, i: int) -> str:
-    try:
-        vary = json.loads(p.spec.metadata.get("sweep_overrides", "[]"))
-    except (ValueError, AttributeError):
-        vary = []
+    vary = list(p.spec.meta.sweep_overrides)
     return f"sweep point {i}" + (f" ({', '.join(vary)})" if vary else "")
 
 

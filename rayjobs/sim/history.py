@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping, Optional
 
 from rayjobs.contract.meta import JobMeta
+from rayjobs.contract.status import Status
 from rayjobs.sim import metrics
 from rayjobs.sim.trace import KINDS, Trace, TraceJob, make
 
@@ -51,7 +52,7 @@ def _job(v: Mapping[str, Any], meta: JobMeta, u: Mapping[str, Any], t0: float) -
     startup_s = float(u.get("startup") or 0.0) / gpus / spans
     if kept_s <= 0:  # no step logged: its GPU time less the start-up is its run
         kept_s = max(1.0, float(u.get("allocated") or 0.0) / gpus - startup_s * spans)
-    failed = str(v.get("status")) == "FAILED" and steps > 1
+    failed = str(v.get("status")) == Status.FAILED and steps > 1
     return TraceJob(id=str(v["submission_id"]), user=meta.user or "unknown", arrival_s=round(float(v["queued_at"]) - t0, 3),
                     groups=tuple(meta.gpu_groups), step_s=max(0.001, kept_s / steps), steps=steps + (1 if failed else 0),
                     startup_s=round(startup_s, 3), ckpt_every=max(1, steps // 10) if v.get("checkpoint_step") else 0,

@@ -7,12 +7,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
+from rayjobs.contract.status import Status
 from rayjobs.sim.attempt import Attempt
 from rayjobs.sim.trace import TraceJob
 
 #: How a job ended: its last status, or NEVER (failed, never started: a dependency did not succeed)
 #: and LEFT (still waiting or running when the simulation ended).
-SUCCEEDED, FAILED, HALVED, NEVER, LEFT = "SUCCEEDED", "FAILED", "HALVED", "NEVER", "LEFT"
+SUCCEEDED, FAILED, HALVED, NEVER, LEFT = Status.SUCCEEDED.value, Status.FAILED.value, "HALVED", "NEVER", "LEFT"
 
 
 @dataclass

@@ -19,7 +19,7 @@ from typing import Any, Optional
 
 from rayjobs.contract.meta import JobMeta
 from rayjobs.contract.record import JobRecord
-from rayjobs.contract.status import State
+from rayjobs.contract.status import State, Status
 from rayjobs.oncluster import scheduler
 from rayjobs.oncluster.halving import Verdict
 from rayjobs.oncluster.queuestate import QueueState
@@ -93,7 +93,7 @@ class Queue:
 
     def ended(self, sim: Sim, job_id: str, status: str) -> None:
         self._released(sim, job_id, status)
-        self.state.finish(job_id, "STOPPED" if status == HALVED else status)
+        self.state.finish(job_id, Status.STOPPED if status == HALVED else status)
         self._gate_until = sim.now + sim.handover_s
         self.state.gpu_gate = f"reaping after {job_id}"
         sim.wake(self._gate_until)
@@ -148,7 +148,7 @@ class Queue:
 
     def _fail(self, sim: Sim, a: scheduler.Fail) -> None:
         self.state.take(a.id)
-        self.state.finish(a.id, "FAILED")
+        self.state.finish(a.id, Status.FAILED)
         sim.never(a.id)
 
     def _preempt(self, sim: Sim, a: scheduler.Preempt) -> None:

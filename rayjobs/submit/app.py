@@ -79,7 +79,7 @@ def run_points(points: Sequence[Composed], sweep: bool = False) -> list[str]:
     if not rj.preflight:
         print("rayjobs: warning: rayjobs.preflight=false, the config was not checked", file=sys.stderr)
     ids = pipeline.send(prepared, address=rj.address)
-    sid = prepared[0].spec.metadata["sweep"]
+    sid = prepared[0].spec.meta.sweep
     return announce(ids, rj, f"{len(ids)} jobs (sweep {sid}); see them with: rayjobs list --sweep {sid}")
 
 

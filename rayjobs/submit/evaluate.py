@@ -33,6 +33,7 @@ import secrets
 import sys
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
+from rayjobs.contract.meta import JobMeta
 from rayjobs.errors import ConfigError, NoSuchJob
 from rayjobs.shared import CODE_OF_KEY
 from rayjobs.submit import pipeline, rerun
@@ -83,7 +84,7 @@ def run(c: Composed, *, dashboard: Optional["Dashboard"] = None, say: Any = None
     d = dashboard or connect(rj.address, address_from="rayjobs.address", quiet=False)
     points = named_points(all_jobs(d), tokens)
     prepared = plan(points, extra, address=rj.address, dry_run=bool(rj.dry_run))
-    sweeps = sorted({str(m.get("sweep")) for _, m in points if m.get("sweep")})
+    sweeps = sorted({JobMeta.from_ray(m).sweep for _, m in points} - {""})
     scores = f"rayjobs compare --sweep {sweeps[0]}" if len(sweeps) == 1 else "rayjobs compare --sweep S"
     if rj.dry_run:
         from rayjobs.preflight import checks
@@ -151,15 +152,15 @@ def named_points(jobs: Sequence[Any], tokens: Sequence[str]) -> list[tuple[str, 
         NoSuchJob: a token that names no job or sweep of the cluster (the closest ids named).
     """
     from rayjobs.views import compare, jobrows
-    from rayjobs.views.jobfields import field, meta
+    from rayjobs.views.jobfields import field, job_meta, meta
 
     ordered = sorted(jobs, key=jobrows.order)
     newest = {i: job for job, chain in compare.points(ordered) for i in chain}
     ids = [str(field(j, "submission_id")) for j in ordered]
     sweeps: dict[str, list[str]] = {}
     for j in ordered:
-        if meta(j).get("sweep"):
-            sweeps.setdefault(str(meta(j)["sweep"]), []).append(str(field(j, "submission_id")))
+        if job_meta(j).sweep:
+            sweeps.setdefault(job_meta(j).sweep, []).append(str(field(j, "submission_id")))
     out: dict[str, dict[str, str]] = {}
     for token in tokens:
         for jid in _resolve(token, ids, sweeps):
@@ -208,18 +209,19 @@ def plan_one(pid: str, meta: Mapping[str, Any], extra: Sequence[str], *, address
     """The evaluation of training job ``pid`` (its metadata ``meta``): its recorded config and code,
     ``extra``, and the keys that make it an evaluation of its last checkpoint."""
     check_point(pid, meta)
+    jm = JobMeta.from_ray(meta)
     rec = rerun.recorded(pid, meta)
     check_saves(pid, rec.raw)
     suffix = secrets.token_hex(2)
-    run_name = f"{meta.get('run') or pid}-eval-{suffix}"
-    latest = f"{meta['checkpoint_dir']}/{LATEST}"
+    run_name = f"{jm.run or pid}-eval-{suffix}"
+    latest = f"{jm.checkpoint_dir}/{LATEST}"
     own = [*(f"{k}={format_value(v)}" for k, v in FORCED.items()), f"trainer.resume_from_path={format_value(latest)}",
            f"trainer.experiment_name={format_value(run_name)}", f"rayjobs.after={format_value(pid)}"]
     overrides = [*extra, *own]
     tag = {EVAL_OF: pid, CODE_OF_KEY: pid}
     p = rerun.plan_from(pid, meta, rec, overrides, address=address, dry_run=dry_run, tag=tag,
                         submission_id=f"{pid}-eval-{suffix}", preflight=False).prepared
-    own_dir, point_dir = str(p.spec.metadata["checkpoint_dir"]), str(meta["checkpoint_dir"])
+    own_dir, point_dir = p.spec.meta.checkpoint_dir, jm.checkpoint_dir
     if own_dir.rstrip("/") == point_dir.rstrip("/") or own_dir.startswith(point_dir.rstrip("/") + "/"):
         raise ConfigError(f"the evaluation of {pid} would write into its checkpoint dir {point_dir}: "
                           f"give the evaluations another storage root (rayjobs.storage=...)")
@@ -228,10 +230,11 @@ def plan_one(pid: str, meta: Mapping[str, Any], extra: Sequence[str], *, address
 
 def check_point(pid: str, meta: Mapping[str, Any]) -> None:
     """Refuse a job that is not a training run with checkpoints of its own (one line)."""
-    if meta.get(EVAL_OF):
-        raise ConfigError(f"{pid} is itself an evaluation (of {meta[EVAL_OF]}): name the training jobs or "
+    jm = JobMeta.from_ray(meta)
+    if jm.eval_of:
+        raise ConfigError(f"{pid} is itself an evaluation (of {jm.eval_of}): name the training jobs or "
                           f"their sweep in rayjobs.after")
-    if meta.get("kind", "verl") != "verl" or not meta.get("checkpoint_dir"):
+    if jm.kind != "verl" or not jm.checkpoint_dir:
         raise ConfigError(f"{pid} is not a verl training job of rayjobs' (no checkpoint dir): nothing to evaluate; "
                           f"name the training jobs or their sweep in rayjobs.after")
 

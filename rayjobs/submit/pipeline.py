@@ -143,11 +143,12 @@ def _record(d: "Dashboard", p: Prepared) -> None:
     """One point in the local record (``rayjobs.ledger``), with its config as YAML."""
     from rayjobs import ledger
 
+    jm = p.spec.meta
     ledger.record(
         {"id": p.spec.submission_id, "experiment": p.composed.experiment, "overrides": list(p.composed.overrides),
-         "address": d.target.address, "cluster": d.target.key, "sweep": p.spec.metadata.get("sweep", ""),
-         "submitted_at": p.spec.metadata["submitted_at"], "metadata": dict(p.spec.metadata),
-         "entrypoint": p.spec.entrypoint, **({"rerun_of": p.spec.metadata["rerun_of"]} if "rerun_of" in p.spec.metadata else {})},
+         "address": d.target.address, "cluster": d.target.key, "sweep": jm.sweep,
+         "submitted_at": jm.submitted_at, "metadata": dict(p.spec.metadata),
+         "entrypoint": p.spec.entrypoint, **({"rerun_of": jm.rerun_of} if jm.rerun_of else {})},
         config_yaml=_config_yaml(p.composed),
     )
 

@@ -37,6 +37,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
+from rayjobs.contract.meta import JobMeta
 from rayjobs.errors import ConfigError
 from rayjobs.submit import pipeline
 from rayjobs.config import compose
@@ -189,7 +190,7 @@ def recorded(old: str, meta: Mapping[str, Any]) -> Recorded:
     """
     from rayjobs import ledger
 
-    experiment = str(meta.get("experiment") or "")
+    experiment = JobMeta.from_ray(meta).experiment
     if not experiment:
         raise ConfigError(f"{old} was not submitted through rayjobs (its metadata names no experiment): "
                           f"nothing to rerun; submit it with python -m rayjobs.submit")
@@ -214,10 +215,8 @@ def _recomposed(old: str, meta: Mapping[str, Any], experiment: str) -> Recorded:
     from rayjobs.config import configcache
     from rayjobs.submit.spec import config_hash
 
-    try:
-        overrides = [str(o) for o in json.loads(str(meta.get("overrides") or "[]"))]
-    except ValueError:
-        overrides = []
+    jm = JobMeta.from_ray(meta)
+    overrides = list(jm.overrides)
     if not any(override_key(o) == "exp" for o in overrides):
         overrides.insert(0, f"+exp={experiment}")
     why = f"{old} has no local record of its config on this machine"
@@ -225,7 +224,7 @@ def _recomposed(old: str, meta: Mapping[str, Any], experiment: str) -> Recorded:
         c = compose.compose(overrides)
     except ConfigError as e:
         raise ConfigError(f"{why}, and composing it again fails: {e}") from None
-    if config_hash(c.cfg) != meta.get("config_hash"):
+    if config_hash(c.cfg) != jm.config_hash:
         raise ConfigError(f"{why}, and its preset {experiment} with its overrides composes to another config now "
                           f"(a preset, a default or your settings changed since): rerun it where it was submitted, or submit it anew")
     return Recorded(configcache.raw(c.cfg), experiment, tuple(overrides), tuple(c.preset),
@@ -316,7 +315,8 @@ def merge(old: str, rec: Recorded, overrides: Sequence[str]) -> tuple[tuple[str,
 def new_spec(old: str, meta: Mapping[str, Any], c: Composed, tag: Optional[Mapping[str, str]] = None) -> Any:
     """The new job's JobSpec: a new id as a submit makes it, the old job's git state (it is its
     code), ``tag`` in its metadata (default ``rerun_of=<old>``)."""
+    jm = JobMeta.from_ray(meta)
     ctx = Context(now=datetime.now().astimezone(), suffix=secrets.token_hex(2), working_dir=SNAPSHOT_URI.format(old),
-                  git_sha=str(meta.get("git_sha") or ""), git_dirty=str(meta.get("git_dirty") or "") == "1")
+                  git_sha=jm.git_sha, git_dirty=jm.git_dirty)
     spec = build_spec(c, ctx)
-    return replace(spec, metadata=MappingProxyType({**spec.metadata, **(tag if tag is not None else {"rerun_of": old})}))
+    return replace(spec, metadata=MappingProxyType(spec.meta.with_(**(tag if tag is not None else {"rerun_of": old})).to_ray()))

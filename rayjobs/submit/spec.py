@@ -16,6 +16,7 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any, Callable, Mapping, Optional, Sequence
 
+from rayjobs.contract.meta import JobMeta
 from rayjobs.shared import SECRET_PATTERN, __version__
 from rayjobs.contract.ranking import point_label
 from rayjobs.config.compose import Composed, is_own, override_key
@@ -42,6 +43,11 @@ class JobSpec:
     entrypoint_num_gpus: Optional[float] = None
     entrypoint_memory: Optional[int] = None
     entrypoint_resources: Optional[Mapping[str, float]] = None
+
+    @property
+    def meta(self) -> JobMeta:
+        """:attr:`metadata` typed (every key is read in :mod:`rayjobs.contract.meta`)."""
+        return JobMeta.from_ray(self.metadata)
 
     def submit_kwargs(self) -> dict[str, Any]:
         """The keyword arguments for ``JobSubmissionClient.submit_job`` (plain dicts, Nones dropped)."""
@@ -199,43 +205,30 @@ def job_env(rj: Any) -> dict[str, str]:
     return env
 
 
-def base_metadata(c: Composed, ctx: Context) -> dict[str, str]:
-    """The metadata every rayjobs job carries (strings: Ray's metadata is str -> str)."""
+def base_metadata(c: Composed, ctx: Context) -> JobMeta:
+    """The metadata every rayjobs job carries, typed (Ray's ``str -> str`` form is its ``to_ray()``)."""
     from rayjobs.config.derive import canonical_json
 
     own = values_of(c).read("own_metadata", ("rayjobs",), _own_metadata)
-    return {
-        "rayjobs": __version__,
-        "experiment": c.experiment,
-        "overrides": json.dumps(list(c.overrides)),
-        "sweep": ctx.sweep or "",
-        "sweep_overrides": json.dumps(list(ctx.sweep_overrides)),
-        "priority": own["priority"],
-        "max_retries": own["max_retries"],
-        "git_sha": ctx.git_sha,
-        "git_dirty": "1" if ctx.git_dirty else "0",
-        "config_hash": _digest(canonical_json(c)),
-        "submitted_at": ctx.now.isoformat(timespec="milliseconds"),
-        **own["tail"],
-    }
+    return JobMeta(rayjobs=__version__, experiment=c.experiment, overrides=tuple(c.overrides), sweep=ctx.sweep or "",
+                   sweep_overrides=tuple(ctx.sweep_overrides), git_sha=ctx.git_sha, git_dirty=bool(ctx.git_dirty),
+                   config_hash=_digest(canonical_json(c)), submitted_at=ctx.now.isoformat(timespec="milliseconds"),
+                   **own)
 
 
 def _own_metadata(cfg: Any) -> dict[str, Any]:
-    """The metadata a job takes from its ``rayjobs`` node (read once for all the points of a sweep that share it)."""
+    """The metadata a job takes from its ``rayjobs`` node (read once for all the points of a sweep that
+    share it): JobMeta's fields."""
     rj = cfg.rayjobs
     return {
-        "priority": str(int(rj.priority)),
-        "max_retries": str(int(rj.max_retries)),
-        "tail": {  # the keys after config_hash and submitted_at, in order
-            "kind": str(rj.kind),
-            "user": str(rj.user or _submitter(rj)),
-            "preemptible": "1" if rj.preemptible else "0",
-            "preempt_wait_s": f"{float(rj.preempt_wait_s):g}",
-            **({} if rj.warm else {"warm": "0"}),  # rayjobs.warm=false (issue 50: rayjobs.oncluster.warmth)
-            # the ids as typed (a sweep id stands for its points): the queue resolves them when it queues
-            **({"after": json.dumps(after_ids(rj.after))} if after_ids(rj.after) else {}),
-            **({"halving": _halving(rj.halving)} if str(rj.halving.metric or "") else {}),
-        },
+        "priority": int(rj.priority), "max_retries": int(rj.max_retries), "kind": str(rj.kind),
+        "user": str(rj.user or _submitter(rj)), "preemptible": bool(rj.preemptible),
+        "preempt_wait_s": float(rj.preempt_wait_s),
+        # the ids as typed (a sweep id stands for its points): the queue resolves them when it queues
+        "after": tuple(after_ids(rj.after)),
+        "halving": _halving(rj.halving) if str(rj.halving.metric or "") else "",
+        # rayjobs.warm=false (issue 50: rayjobs.oncluster.warmth reads it, a key of Ray's metadata only)
+        "extra": {} if rj.warm else {"warm": "0"},
     }
 
 
@@ -268,7 +261,7 @@ def _os_user() -> str:
         return "unknown"
 
 
-def verl_args(c: Composed, run: str, storage: str) -> tuple[list[str], dict[str, str]]:
+def verl_args(c: Composed, run: str, storage: str) -> tuple[list[str], dict[str, Any]]:
     """A verl job's command-line overrides and run metadata (run name, dirs, GPU groups).
 
     The user's ``trainer.experiment_name`` / ``default_local_dir`` win (then a resubmission resumes
@@ -291,7 +284,7 @@ def verl_args(c: Composed, run: str, storage: str) -> tuple[list[str], dict[str,
         "trainer.logger": logger + ([] if "file" in logger else ["file"]),
     }
     meta = {"run": run, "run_dir": f"{storage}/runs/{project}/{run}", "checkpoint_dir": ckpt,
-            "gpu_groups": json.dumps(_gpu_groups(vals.select))}
+            "gpu_groups": tuple(_gpu_groups(vals.select))}
     return verl_overrides(c, forced), meta
 
 
@@ -317,19 +310,19 @@ def build_spec(c: Composed, ctx: Context) -> JobSpec:
         args, more = verl_args(c, run, own["storage"])
     elif own["kind"] == "command":
         args = own["args"]
-        more = {"run": run, "run_dir": f"{own['storage']}/runs/{slug(c.experiment, 40)}/{run}", "gpu_groups": "[]"}
+        more = {"run": run, "run_dir": f"{own['storage']}/runs/{slug(c.experiment, 40)}/{run}"}
     else:
         raise ConfigError(f"rayjobs.kind={own['kind']!r} is not one of: verl, command")
-    meta.update(more)
+    meta = meta.with_(**more)
     env = dict(own["env"])
     if own["kind"] == "verl" and "wandb" in str(vals.select("trainer.logger", "")):
-        env = {**wandb_run(meta["run"]), **env}  # the user's own WANDB_RUN_ID wins
+        env = {**wandb_run(meta.run), **env}  # the user's own WANDB_RUN_ID wins
     entrypoint = " ".join([RUNNER, own["entrypoint"]] + [shlex.quote(a) for a in args])
     runtime_env: dict[str, Any] = {"working_dir": ctx.working_dir, "excludes": list(own["excludes"])}
     if env:
         runtime_env["env_vars"] = env
     return JobSpec(entrypoint=entrypoint, submission_id=sid, runtime_env=MappingProxyType(runtime_env),
-                   metadata=MappingProxyType(meta))
+                   metadata=MappingProxyType(meta.to_ray()))
 
 
 def _own(cfg: Any) -> dict[str, Any]:

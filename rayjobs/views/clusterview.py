@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Optional
 
 from rayjobs import settings
+from rayjobs.contract.status import Status
 from rayjobs.errors import ClusterUnreachable
 from rayjobs.shared import labels_versions
 from rayjobs.views.jobfields import status_of
@@ -41,8 +42,7 @@ def view(d: Optional["Dashboard"] = None, address: Optional[str] = None) -> dict
     counts: dict[str, int] = {}
     for j in queuestatus.all_jobs(d):
         counts[status_of(j)] = counts.get(status_of(j), 0) + 1
-    queued = [{"id": v["submission_id"], "queue_position": v.get("queue_position"), "reason": v.get("message")}
-              for v in summary.get("line") or []]
+    queued = [{"id": v.submission_id, "queue_position": v.queue_position, "reason": v.message} for v in summary.line]
     rec = settings.remembered_cluster()
     return {
         "name": rec.get("name") if target.source.startswith("cluster") else target.source,
@@ -53,7 +53,7 @@ def view(d: Optional["Dashboard"] = None, address: Optional[str] = None) -> dict
         "gpus_free": sum(r["gpus"] - r["gpus_used"] for r in rows),
         "jobs": counts,
         "queue": queued,
-        "users": summary.get("users") or {},  # GPUs held, jobs running/waiting and the quota, per user (the queue's)
+        "users": summary.users or {},  # GPUs held, jobs running/waiting and the quota, per user (the queue's)
         "metrics": metrics,
         "client_versions": (mine := _client_versions()),
         "warnings": version_warnings(mine, rows),
@@ -128,7 +128,7 @@ def render(v: dict[str, Any]) -> str:
                      f"{gpu_summary(use) if use else '-':<28}{cpu:>5}{ram:>18}")
     lines.extend(_version_lines(v["nodes"]))
     lines.append(f"metrics: {v.get('metrics')}")
-    order = ["RUNNING", "QUEUED", "PENDING", "SUCCEEDED", "FAILED", "STOPPED"]
+    order = [s.value for s in (Status.RUNNING, Status.QUEUED, Status.PENDING, Status.SUCCEEDED, Status.FAILED, Status.STOPPED)]
     jobs = ", ".join(f"{v['jobs'][s]} {s}" for s in order if v["jobs"].get(s)) or "none"
     lines.append(f"jobs: {jobs}")
     for q in v["queue"]:

@@ -16,17 +16,16 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional, Sequence
 
 from rayjobs.contract import ranking
+from rayjobs.contract.meta import JobMeta
 from rayjobs.contract.ranking import mark_best, swept
 from rayjobs.contract.ranking import last_best as summary
 from rayjobs.errors import ConfigError
 from rayjobs.shared import TERMINAL
 from rayjobs.views import jobrows, plot
-from rayjobs.views.jobfields import field, meta
+from rayjobs.views.jobfields import field, job_meta, meta
 
 DEFAULT_METRIC = plot.DEFAULT_METRIC
 MODES = ("auto", "max", "min")
-#: The metadata key of an evaluation job: the id of the sweep point whose checkpoint it evaluated.
-EVAL_OF = "eval_of"
 
 
 def metric_mode(name: str, mode: str = "auto") -> str:
@@ -59,11 +58,11 @@ def points(jobs: Sequence[Any]) -> list[tuple[Any, list[str]]]:
     each point's first job: a point that ``rayjobs resume`` continued (``ID-r1``, the same run) is
     its newest job, the earlier ones listed with it."""
     by_id = {str(field(j, "submission_id")): j for j in jobs}
-    newer = {str(meta(j).get("resumed_from")): str(field(j, "submission_id")) for j in jobs
-             if meta(j).get("resumed_from") in by_id}
+    newer = {job_meta(j).resumed_from: str(field(j, "submission_id")) for j in jobs
+             if job_meta(j).resumed_from in by_id}
     out = []
     for j in jobs:
-        if meta(j).get("resumed_from") in by_id:
+        if job_meta(j).resumed_from in by_id:
             continue  # part of the point its first job stands at
         chain = [str(field(j, "submission_id"))]
         while chain[-1] in newer and newer[chain[-1]] not in chain:
@@ -117,11 +116,11 @@ def eval_jobs(jobs: Sequence[Any], point_ids: set[str]) -> list[Any]:
     what was last seen of them)."""
     from rayjobs import ledger
 
-    found = [j for j in jobs if meta(j).get(EVAL_OF) in point_ids]
+    found = [j for j in jobs if job_meta(j).eval_of in point_ids]
     known = {str(field(j, "submission_id")) for j in jobs}
     newest: dict[str, dict[str, Any]] = {}
     for e in ledger.entries():
-        if str((e.get("metadata") or {}).get(EVAL_OF)) in point_ids and str(e.get("id")) not in known:
+        if JobMeta.from_ray(e.get("metadata")).eval_of in point_ids and str(e.get("id")) not in known:
             newest[str(e.get("id"))] = e
     from rayjobs.views import localrows
 
@@ -142,7 +141,7 @@ def eval_values(dash: Any, evals: Sequence[Any], rank: str) -> dict[str, dict[st
         logged = [m for m in data["metrics"] if dj["series"].get(m)]
         names = ([rank] if rank in logged else []) + val_metrics([m for m in logged if m.startswith("val-core/")])
         s = summary(dj["series"][names[0]], "max") if names else None
-        out[meta(job)[EVAL_OF]] = {"id": dj["id"], "status": dj["status"], "metric": names[0] if names else None,
+        out[job_meta(job).eval_of] = {"id": dj["id"], "status": dj["status"], "metric": names[0] if names else None,
                                    "value": s["last"] if s else None, "step": s["last_step"] if s else None}
     return out
 
@@ -184,7 +183,7 @@ def _row(job: Any, row: dict[str, Any], curve: dict[str, Any], shown: Sequence[s
     step = row.get("step")
     if step is None:  # the rows read the log's end; the curve may know more (a kept copy, the JSONL)
         step = max((p[0] for s in curve["series"].values() for p in s), default=None)
-    ckpt, ckdir = row.get("checkpoint_step"), meta(job).get("checkpoint_dir")
+    ckpt, ckdir = row.get("checkpoint_step"), job_meta(job).checkpoint_dir or None
     return {"id": str(field(job, "submission_id")), "sweep": row.get("sweep"), "label": row.get("label"),
             "status": row["status"], "status_text": jobrows.status_text(row),
             "source": row.get("source") or "cluster", "final": row.get("final", row["status"] in TERMINAL),

@@ -10,6 +10,9 @@ import json
 from functools import lru_cache
 from typing import Any, Callable, Optional
 
+from rayjobs.contract.meta import JobMeta
+from rayjobs.contract.status import word
+
 
 def field(job: Any, name: str, default: Any = None) -> Any:
     """A field of a ``JobDetails`` or of its dict form."""
@@ -30,8 +33,7 @@ def meta(job: Any) -> dict[str, str]:
 
 def status_of(job: Any) -> str:
     """``RUNNING``, ``SUCCEEDED``, ... (the enum's value, or the dict's string)."""
-    s = field(job, "status", "?")
-    return str(getattr(s, "value", s)).split(".")[-1]
+    return word(field(job, "status", "?"), "?")
 
 
 def job_id(job: Any) -> str:
@@ -61,11 +63,16 @@ def _parsed_list(text: str) -> tuple[str, ...]:
     return tuple(x if isinstance(x, str) else str(x) for x in v)
 
 
+def job_meta(job: Any) -> JobMeta:
+    """The job's metadata, parsed once (:class:`rayjobs.contract.meta.JobMeta` reads every key)."""
+    return JobMeta.from_ray(meta(job))
+
+
 def gpu_groups(job: Any) -> list[int]:
     """The job's GPU groups from its metadata (``[]`` if it asks for none)."""
-    return groups_in(meta(job))
+    return list(job_meta(job).gpu_groups)
 
 
-def groups_in(m: dict[str, str]) -> list[int]:
-    """The GPU groups a job's metadata ``m`` asks for."""
-    return [int(g) for g in json_list(m.get("gpu_groups")) if str(g).lstrip("-").isdigit() and int(g) > 0]
+def groups_in(m: Any) -> list[int]:
+    """The GPU groups a job's metadata ``m`` (Ray's form) asks for."""
+    return list(JobMeta.from_ray(m).gpu_groups)

@@ -121,9 +121,9 @@ def kept_log(job: Any, *, whole: bool = True) -> Optional[Kept]:
     local record kept (:mod:`rayjobs.ledger`); None when nothing is."""
     from rayjobs.contract import paths
     from rayjobs import ledger
-    from rayjobs.views.jobfields import job_id, meta
+    from rayjobs.views.jobfields import job_id, job_meta
 
-    jid, run_dir = job_id(job), meta(job).get("run_dir")
+    jid, run_dir = job_id(job), job_meta(job).run_dir
     stored_at = paths.kept_log(run_dir, jid) if run_dir else None
     stored = _read(stored_at) if stored_at is not None else None
     named = paths.whole_log_of(stored) if stored else None
@@ -143,9 +143,9 @@ def kept_log(job: Any, *, whole: bool = True) -> Optional[Kept]:
 def nothing_kept(job: Any) -> str:
     """One line for an ended job none of whose log is readable here: where its end may still be."""
     from rayjobs.contract import paths
-    from rayjobs.views.jobfields import job_id, meta
+    from rayjobs.views.jobfields import job_id, job_meta
 
-    jid, run_dir = job_id(job), meta(job).get("run_dir")
+    jid, run_dir = job_id(job), job_meta(job).run_dir
     line = f"Ray no longer serves {jid}'s log (the head's Ray restarted since it ran) and no copy of it is readable here"
     if run_dir and not os.path.isdir(run_dir):  # the cluster's storage root, not mounted here
         line += f"; its runner keeps the end on the cluster's storage root: {paths.kept_log(run_dir, jid)}"

@@ -15,15 +15,17 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Iterable, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional
 
+from rayjobs.contract.meta import JobMeta
+from rayjobs.contract.status import NOT_STARTED, Status
 from rayjobs.errors import ConfigError, JobNotFound, did_you_mean
 
 if TYPE_CHECKING:
     from rayjobs.client.dashboard import Dashboard
 from rayjobs.shared import STATUSES, TERMINAL
 from rayjobs.views import logparse, metricfiles
-from rayjobs.views.jobfields import field, getter, gpu_groups, groups_in, json_list, meta, status_of
+from rayjobs.views.jobfields import field, getter, gpu_groups, job_meta, meta, status_of
 
 
 
@@ -31,16 +33,17 @@ def is_rayjobs(job: Any) -> bool:
     return "rayjobs" in meta(job)
 
 
-def sweep_label(m: dict[str, str]) -> str:
-    """``kl_coef=0.01,lr=1e-6``: what varies in this job's sweep point ('' outside sweeps)."""
+def sweep_label(m: Mapping[str, str]) -> str:
+    """``kl_coef=0.01,lr=1e-6``: what varies in this job's sweep point ('' outside sweeps; ``m``: its metadata)."""
     from rayjobs.contract.ranking import point_label
 
-    return point_label(json_list(m.get("sweep_overrides")))
+    return point_label(list(JobMeta.from_ray(m).sweep_overrides))
 
 
-def overrides_label(m: dict[str, str]) -> str:
+def overrides_label(m: Mapping[str, str]) -> str:
     """The sweep point, else the user's own overrides (short keys), for tables and legends."""
-    return label_of(json_list(m.get("sweep_overrides")), json_list(m.get("overrides")))
+    jm = JobMeta.from_ray(m)
+    return label_of(list(jm.sweep_overrides), list(jm.overrides))
 
 
 def label_of(sweep_overrides: list[str], overrides: list[str]) -> str:
@@ -105,35 +108,31 @@ def gpus(job: Any) -> int:
 def base_row(job: Any, over: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """The row of one job (Ray's details, or the dict form the queue gives of a job it holds)."""
     f = getter(job)
-    m = f("metadata") or {}  # read only
+    jm = JobMeta.from_ray(f("metadata"))
     status = status_of(job)
-    sweep_overrides, overrides = json_list(m.get("sweep_overrides")), json_list(m.get("overrides"))
+    sweep_overrides, overrides = list(jm.sweep_overrides), list(jm.overrides)
     over = dict(over or {})
     if f("queue_position") is not None:
         over.setdefault("queue_position", f("queue_position"))
-    try:
-        priority = int(m.get("priority", 0) or 0)
-    except ValueError:
-        priority = 0
     preempted = f("preempted") or {}
-    sub = m.get("submitted_at") or iso_ms(f("start_time"))
+    sub = jm.submitted_at or iso_ms(f("start_time"))
     return {
         "id": f("submission_id"),
         "status": over.get("status", status),
-        "experiment": m.get("experiment", ""),
-        "sweep": m.get("sweep", "") or None,
+        "experiment": jm.experiment,
+        "sweep": jm.sweep or None,
         "overrides": overrides,
-        "priority": priority,
-        "attempt": 0 if status == "PENDING" or over.get("status") in ("QUEUED", "PENDING") else None,
-        "max_attempts": max_attempts(m),
+        "priority": jm.priority,
+        "attempt": 0 if status == Status.PENDING or over.get("status") in NOT_STARTED else None,
+        "max_attempts": max_attempts(jm),
         "submitted_at": sub,
         "queue_position": over.get("queue_position"),
         "sweep_overrides": sweep_overrides,
         "label": label_of(sweep_overrides, overrides),
-        "run": m.get("run"),
-        "resumed_from": m.get("resumed_from"),  #: the job `rayjobs resume` continued
-        "rerun_of": m.get("rerun_of"),  #: the job `rayjobs rerun` ran again
-        "gpus": sum(groups_in(m)),
+        "run": jm.run or None,
+        "resumed_from": jm.resumed_from or None,  #: the job `rayjobs resume` continued
+        "rerun_of": jm.rerun_of or None,  #: the job `rayjobs rerun` ran again
+        "gpus": jm.gpus,
         "start_time": iso_ms(f("start_time")),
         "end_time": iso_ms(f("end_time")),
         "queued_at": iso_s(f("queued_at")),  #: the queue's own times (None for a job it never held)
@@ -142,9 +141,9 @@ def base_row(job: Any, over: Optional[dict[str, Any]] = None) -> dict[str, Any]:
         "message": short_message(f("message")),
         "cause": f("cause"),  # why the queue ended it ("cluster restarted"), if it did
         "reaped": list(f("reaped") or []),  #: what the queue killed of it once it ended (reaper)
-        "user": m.get("user") or None,  #: who submitted it (per-user quotas)
-        "preemptible": m.get("preemptible") == "1",
-        "after": json_list(m.get("after")),  #: the jobs it waits for (rayjobs.after)
+        "user": jm.user or None,  #: who submitted it (per-user quotas)
+        "preemptible": jm.preemptible,
+        "after": list(jm.after),  #: the jobs it waits for (rayjobs.after)
         "held": f("held"),  #: why the queue holds it back: "after", "quota", "requeueing"
         "preempted_by": preempted.get("by"),  #: it waits again, preempted by this job
         "redo_steps": preempted.get("redo"),  #: the steps that preemption costs it
@@ -164,12 +163,9 @@ def base_row(job: Any, over: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     }
 
 
-def max_attempts(m: dict[str, Any]) -> int:
+def max_attempts(jm: JobMeta) -> int:
     """1 + ``rayjobs.max_retries`` (as submitted; the queue lowers it for a run lost with the head)."""
-    try:
-        return 1 + max(0, int(m.get("max_retries") or 0)) + max(0, int(m.get("lost_runs") or 0))
-    except ValueError:
-        return 1
+    return 1 + max(0, jm.max_retries) + max(0, jm.lost_runs)
 
 
 def attempt_text(row: dict[str, Any]) -> str:
@@ -204,7 +200,7 @@ def status_text(r: dict[str, Any]) -> str:
 def queue_note(r: dict[str, Any]) -> str:
     """What the queue does with the job, for STATUS: `` (PREEMPTED by X)``, `` (preempted by X: to its
     next checkpoint)``, `` (quota)``, `` (after X)``; empty otherwise."""
-    if r.get("preempted_by") and r.get("status") == "QUEUED":
+    if r.get("preempted_by") and r.get("status") == Status.QUEUED:
         redo = f", redoes {r['redo_steps']}" if r.get("redo_steps") else ""
         return f" (PREEMPTED by {r['preempted_by']}{redo})"
     if r.get("preempting_for"):
@@ -241,10 +237,9 @@ def add_progress(row: dict[str, Any], job: Any, dash: Optional["Dashboard"], lin
         if read is False or (read is None and head_scan):  # Ray no longer serves its log: what was kept of it
             _kept_facts(row, job, tails)
         return row
-    if row["status"] == "QUEUED":
+    if row["status"] == Status.QUEUED:
         return row
-    m = meta(job)
-    files = metricfiles.jsonl_files(m.get("run_dir"))
+    files = metricfiles.jsonl_files(job_meta(job).run_dir or None)
     p = logparse.Progress()
     node = field(job, "driver_node_id")
     if node and dash is not None:
@@ -254,7 +249,7 @@ def add_progress(row: dict[str, Any], job: Any, dash: Optional["Dashboard"], lin
                 tails[row["id"]] = raw
             tail = logparse.clean_block(raw.decode("utf-8", "replace"))
             logparse.feed_block(p, tail)
-            if row["status"] == "FAILED":
+            if row["status"] == Status.FAILED:
                 row["error"] = logparse.failure_line(tail)
             if head_scan and not (p.wandb_url and p.total and p.attempt):
                 scan_head(dash, row["id"], node, p)
@@ -275,7 +270,7 @@ def add_progress(row: dict[str, Any], job: Any, dash: Optional["Dashboard"], lin
     row["checkpoint_step"] = p.checkpoint
     if p.failures:  # the runner's one-line causes (rayjobs.oncluster.failurecause), every attempt's
         row["failures"] = list(p.failures)
-    if p.cause and not row.get("cause") and row["status"] == "FAILED":
+    if p.cause and not row.get("cause") and row["status"] == Status.FAILED:
         row["cause"] = p.cause
     row["metrics"] = p.summary()["metrics"]
     row["score"] = p.last.get("critic/score/mean")
@@ -340,11 +335,11 @@ def _log_facts(row: dict[str, Any], p: logparse.Progress, tail: str) -> None:
     row["wandb_url"] = p.wandb_url or row.get("wandb_url")
     if row["step"] is None and p.step is not None:  # no metrics file kept (a plain log's progress only)
         row["step"], row["score"] = p.step, p.last.get("critic/score/mean")
-    if row["status"] == "FAILED":
+    if row["status"] == Status.FAILED:
         row["error"] = logparse.failure_line(tail)
     if p.failures:
         row["failures"] = list(p.failures)
-    if p.cause and not row.get("cause") and row["status"] == "FAILED":
+    if p.cause and not row.get("cause") and row["status"] == Status.FAILED:
         row["cause"] = p.cause
 
 
@@ -381,7 +376,7 @@ def rows(jobs: Iterable[Any], dash: Optional["Dashboard"], progress: bool = True
             list(pool.map(lambda i: add_progress(out[i], jobs[i], dash, tails=tails, log=i in read), todo))
     for r in out:
         if r["attempt"] is None:
-            r["attempt"] = 0 if r["status"] in ("PENDING", "QUEUED") else 1
+            r["attempt"] = 0 if r["status"] in NOT_STARTED else 1
     return list(zip(out, jobs))
 
 
@@ -391,10 +386,10 @@ def select(jobs: Iterable[Any], sweep: Optional[str] = None, status: Optional[li
     jobs = list(jobs)
     mine = jobs if include_all else [j for j in jobs if is_rayjobs(j)]
     if sweep:
-        named = sweep_named(sweep, {meta(j).get("sweep", "") for j in jobs})
-        mine = [j for j in jobs if meta(j).get("sweep") == named]
+        named = sweep_named(sweep, {job_meta(j).sweep for j in jobs})
+        mine = [j for j in jobs if job_meta(j).sweep == named]
     if experiment:
-        mine = [j for j in mine if meta(j).get("experiment") == experiment]
+        mine = [j for j in mine if job_meta(j).experiment == experiment]
     return mine
 
 
@@ -403,7 +398,7 @@ def resolve_sweep(sweep: str, jobs: Iterable[Any]) -> str:
     of the local record (a sweep the cluster forgot is still one); an unknown one names the closest."""
     from rayjobs import ledger
 
-    return sweep_named(sweep, {meta(j).get("sweep", "") for j in jobs} | {str(e.get("sweep") or "") for e in ledger.entries()})
+    return sweep_named(sweep, {job_meta(j).sweep for j in jobs} | {str(e.get("sweep") or "") for e in ledger.entries()})
 
 
 def sweep_named(sweep: str, names: Iterable[str]) -> str:

@@ -15,12 +15,13 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, Optional
 
+from rayjobs.contract.status import Status
 from rayjobs.shared import STANDBY_KEY, TERMINAL
 
 if TYPE_CHECKING:
     from rayjobs.client.dashboard import Dashboard
 
-EXIT_CODES = {"SUCCEEDED": 0, "FAILED": 1, "STOPPED": 3}
+EXIT_CODES = {Status.SUCCEEDED.value: 0, Status.FAILED.value: 1, Status.STOPPED.value: 3}
 #: A live job whose log stream sent nothing this long after attaching has an empty log so far.
 EMPTY_LOG_S = 2.0
 DETACHED = 130
@@ -166,7 +167,7 @@ def _ended(d: "Dashboard", job_id: str, follower: Any, progress: Any, json_view:
     status = follower.status
     if not live:
         _say(status_line(job_id, status, progress))
-    cause = logparse.failure_summary(follower.job, bytes(follower.tail)) if status == "FAILED" else None
+    cause = logparse.failure_summary(follower.job, bytes(follower.tail)) if status == Status.FAILED else None
     if cause:
         _say(f"{job_id} FAILED: {cause}")
     if json_view is not None and status in TERMINAL:
@@ -215,7 +216,7 @@ def preempted_by(d: "Dashboard", job_id: str, status: str) -> Optional[str]:
     """The job that preempted ``job_id``, if its STOPPED is a preemption (it goes back in line)."""
     from rayjobs.views import queuestatus
 
-    if status != "STOPPED":
+    if status != Status.STOPPED:
         return None
     v = queuestatus.queue_job(d, job_id)
     if queuestatus.is_waiting(v):
@@ -292,7 +293,7 @@ def wait_until_in_ray(d: "Dashboard", job_id: str, every: float = 0.5, after_pre
                 missing_since = missing_since or time.monotonic()
                 if time.monotonic() - missing_since > GONE_S:
                     raise NoSuchJob(f"no job {job_id!r} on the cluster or in its queue; `rayjobs list` shows the ids") from None
-        elif v["status"] == "QUEUED":
+        elif v["status"] == Status.QUEUED:
             if v.get("queue_position") != shown:
                 shown = v.get("queue_position")
                 where = f"at position {shown}" if shown else "going back in line"
@@ -304,7 +305,7 @@ def wait_until_in_ray(d: "Dashboard", job_id: str, every: float = 0.5, after_pre
                 d.job(job_id)
                 return None  # Ray still has it: its log is followed to its end
             except JobNotFound:
-                return str(v.get("status") or "FAILED")
+                return str(v.get("status") or Status.FAILED)
         time.sleep(every)
 
 

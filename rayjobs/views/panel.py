@@ -11,10 +11,12 @@ import sys
 import time
 from typing import Any, Optional, TextIO
 
+from rayjobs.contract.meta import JobMeta
+from rayjobs.contract.status import TERMINAL, Status
 from rayjobs.views.logparse import Progress, headline
 
-STATUS_STYLE = {"RUNNING": "bold green", "SUCCEEDED": "bold green", "FAILED": "bold red", "STOPPED": "bold yellow",
-                "PENDING": "bold cyan", "QUEUED": "bold cyan"}
+STATUS_STYLE = {Status.RUNNING.value: "bold green", Status.SUCCEEDED.value: "bold green", Status.FAILED.value: "bold red",
+                Status.STOPPED.value: "bold yellow", Status.PENDING.value: "bold cyan", Status.QUEUED.value: "bold cyan"}
 
 
 def fmt_duration(s: Optional[float]) -> str:
@@ -45,7 +47,7 @@ def status_line(job_id: str, status: str, p: Progress) -> str:
     if p.step is not None:
         parts.append(f"step {p.step}/{p.total or '?'}")
         eta = p.eta_s()
-        if eta is not None and status not in ("SUCCEEDED", "FAILED", "STOPPED"):
+        if eta is not None and status not in TERMINAL:
             parts.append(f"ETA {fmt_duration(eta)}")
     parts += [f"{label} {fmt_num(v)}" for label, _, v in headline(p.last)]
     if p.val:
@@ -53,7 +55,7 @@ def status_line(job_id: str, status: str, p: Progress) -> str:
     if p.wandb_url:
         parts.append(f"W&B {p.wandb_url}")
     if p.cause:
-        parts.append(f"{'failed' if status == 'FAILED' else 'last failure'}: {p.cause}")
+        parts.append(f"{'failed' if status == Status.FAILED else 'last failure'}: {p.cause}")
     return " · ".join(parts)
 
 
@@ -136,18 +138,18 @@ class LiveView:
 
         p, job = self.progress, self.job
         status = str(job.get("status", "?"))
-        meta = job.get("metadata") or {}
+        jm = JobMeta.from_ray(job.get("metadata"))
         head = Text()
         head.append(f" {status} ", style=STATUS_STYLE.get(status, "bold") + " reverse")
         head.append(f"  {self.job_id}", style="bold")
-        if meta.get("sweep_overrides") not in (None, "", "[]"):
-            from rayjobs.views.jobrows import sweep_label
+        if jm.sweep_overrides:
+            from rayjobs.contract.ranking import point_label
 
-            head.append(f"  {sweep_label(meta)}", style="dim")
+            head.append(f"  {point_label(list(jm.sweep_overrides))}", style="dim")
         if p.attempt:
             head.append(f"  attempt {p.attempt}")
         if p.cause:
-            head.append(f"  {'failed' if status == 'FAILED' else 'last failure'}: {p.cause[:120]}", style="red")
+            head.append(f"  {'failed' if status == Status.FAILED else 'last failure'}: {p.cause[:120]}", style="red")
         head.append(f"  {fmt_duration(time.monotonic() - self.started)} watched", style="dim")
         grid = Table.grid(padding=(0, 1))
         grid.add_row(head)
@@ -158,7 +160,7 @@ class LiveView:
                 row.add_row(Text(f"step {done}/{p.total}", style="bold"),
                             ProgressBar(total=p.total, completed=min(done, p.total), width=30),
                             Text(f"{100 * done / p.total:.0f}%"),
-                            Text(f"ETA {fmt_duration(p.eta_s())}" if status == "RUNNING" else ""))
+                            Text(f"ETA {fmt_duration(p.eta_s())}" if status == Status.RUNNING else ""))
             else:
                 row.add_row(Text(f"step {done}", style="bold"))
             grid.add_row(row)
@@ -177,6 +179,6 @@ class LiveView:
             w = Text("W&B ", style="dim")
             w.append(p.wandb_url, style="blue underline")
             grid.add_row(w)
-        if status == "FAILED" and job.get("message"):
+        if status == Status.FAILED and job.get("message"):
             grid.add_row(Text(" ".join(str(job["message"]).split())[:200], style="red"))
         return Panel(grid, border_style=STATUS_STYLE.get(status, "white").replace("bold ", ""), padding=(0, 1))

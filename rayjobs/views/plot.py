@@ -15,7 +15,7 @@ from typing import Callable, Any, Optional, Sequence
 from rayjobs.views import metricfiles
 from rayjobs.errors import ConfigError, RayjobsError, did_you_mean
 from rayjobs.shared import TERMINAL
-from rayjobs.views.jobfields import field, meta, status_of
+from rayjobs.views.jobfields import field, job_meta, meta, status_of
 from rayjobs.views.jobrows import overrides_label
 
 DEFAULT_METRIC = "critic/score/mean"
@@ -30,7 +30,7 @@ def history(dash: Any, job: Any) -> tuple[dict[int, dict[str, float]], str]:
         got = door.metrics(str(field(job, "submission_id")))
         if got.source != "none":
             return {s.step: s.data for s in got.steps}, "jsonl"
-    files = metricfiles.jsonl_files(meta(job).get("run_dir"))
+    files = metricfiles.jsonl_files(job_meta(job).run_dir or None)
     if files:
         merged = metricfiles.merge_attempts(metricfiles.read_jsonl(f) for f in files)
         # The runner creates each attempt's file before verl starts; a trainer stopped before
@@ -90,7 +90,7 @@ def collect(dash: Any, jobs: Sequence[Any], metric_names: Optional[Sequence[str]
     for j, label, (h, src) in zip(jobs, labels(jobs), hists):
         series = {m: [[s, d[m]] for s, d in h.items() if m in d and math.isfinite(d[m])] for m in names}
         out_jobs.append({"id": field(j, "submission_id"), "label": label, "source": src, "series": series,
-                         "steps": len(h), "status": status_of(j).split(".")[-1]})
+                         "steps": len(h), "status": status_of(j)})
     logged = sorted({k for h, _ in hists for d in h.values() for k in d})
     return {"metrics": names, "jobs": out_jobs, "logged": logged}
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Optional
 
+from rayjobs.contract.status import Status
+
 if TYPE_CHECKING:
     from rayjobs.client.dashboard import Dashboard
 
@@ -42,7 +44,7 @@ def job(d: "Dashboard", job_id: str) -> Optional[dict[str, Any]]:
 
 def is_waiting(v: Optional[dict[str, Any]]) -> bool:
     """Is the job in line (or going back to it after a preemption)?"""
-    return bool(v) and v.get("status") == "QUEUED"
+    return bool(v) and v.get("status") == Status.QUEUED
 
 
 def preempted_by(v: Optional[dict[str, Any]]) -> Optional[str]:

@@ -24,6 +24,8 @@ from collections import deque
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional, TextIO
 
+from rayjobs.contract.meta import JobMeta
+from rayjobs.contract.status import Status
 from rayjobs.shared import TERMINAL, parse_stamp
 from rayjobs.views import logparse
 
@@ -109,8 +111,8 @@ class StepRecords:
     def _base(self, event: str, t: Optional[float], source: str) -> dict[str, Any]:
         if t is None:
             t, source = self.clock(), "read"
-        meta = dict((self.job_of() or {}).get("metadata") or {})
-        return {"ts": iso(t), "ts_source": source, "event": event, "job": self.job_id, "run": meta.get("run"),
+        run = JobMeta.from_ray((self.job_of() or {}).get("metadata")).run or None
+        return {"ts": iso(t), "ts_source": source, "event": event, "job": self.job_id, "run": run,
                 "attempt": self.progress.attempt}
 
 
@@ -185,7 +187,7 @@ def log_records(d: "Dashboard", job_id: str, *, tail: Optional[int] = None) -> I
 
     yield from over(chunks(), records, tail)
     if status in TERMINAL:
-        cause = logparse.failure_summary(job, bytes(end)) if status == "FAILED" else None
+        cause = logparse.failure_summary(job, bytes(end)) if status == Status.FAILED else None
         yield records.end(status, cause, ended_at=ended_at(job))
 
 
@@ -200,7 +202,7 @@ def kept_records(row: dict[str, Any], text: str, *, tail: Optional[int] = None) 
     yield from over([logparse.clean_block(text)], records, tail)
     status = str(row.get("status"))
     if row.get("final") and status in TERMINAL:
-        cause = (row.get("cause") or row.get("error") or row.get("message")) if status == "FAILED" else None
+        cause = (row.get("cause") or row.get("error") or row.get("message")) if status == Status.FAILED else None
         yield records.end(status, cause, ended_at=_epoch(row.get("end_time")))
 
 

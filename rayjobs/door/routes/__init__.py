@@ -7,4 +7,4 @@ from rayjobs.door.routes import cluster, code, jobs, logs, metrics, page, queue,
 
 #: Every router of the door, in the order the OpenAPI document lists them.
 ROUTERS = [queue.router, users.router, jobs.router, logs.router, metrics.router, code.router, cluster.router,
-           page.router]
+           page.api, page.router]

@@ -10,6 +10,7 @@ line: a member's stop of another's job is refused (403) before anything changes.
 
 =====  ============================  ============================================
 GET    /login, POST /login           the login form; a token -> a session cookie
+GET    /login/once?code=             a one-time code (``rayjobs ui``) -> a session cookie
 POST   /logout                       end the session (CSRF)
 GET    /                             the queue (``user``, ``sweep``, ``status``, ``page``)
 GET    /jobs/{id}                    a job: facts, actions, curves, its log followed
@@ -18,12 +19,16 @@ GET    /sweeps/{sweep}               a sweep: compare table, curves, halving's r
 GET    /team                         usage per user and the cluster's GPUs, who holds each
 GET    /page/...                     the partial updates and the data the page's script polls
 =====  ============================  ============================================
+
+One route of the API (``api``, under ``/v1``, in the document): ``POST /v1/page/link`` -- with the
+caller's token, a one-time login code for the page (:class:`rayjobs.door.sessions.OnceCodes`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import time
 from typing import Any, Optional
 from urllib.parse import parse_qs, urlencode
@@ -33,10 +38,12 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 
 from rayjobs.contract import wire
 from rayjobs.contract.metrics import run_steps
-from rayjobs.door.context import ctx
-from rayjobs.door.identity import client_addr, resolve
+from rayjobs.contract.wire import PREFIX
+from rayjobs.door.context import answer, ctx
+from rayjobs.door.identity import client_addr, resolve, who
 from rayjobs.door.permissions import refuse_control
 from rayjobs.door.routes import jobs as job_routes
+from rayjobs.door.refusals import COMMON
 from rayjobs.door.sessions import csrf_ok
 from rayjobs.oncluster import joblogs, jobviews
 from rayjobs.oncluster.queuerequests import RequestError
@@ -44,6 +51,7 @@ from rayjobs.page import STATIC, views
 from rayjobs.page.render import render
 
 router = APIRouter(include_in_schema=False)
+api = APIRouter(prefix=PREFIX, responses=COMMON)  #: the page's one route in the API (a token's)
 LOG_CHUNK = 256 << 10  #: the most one poll of a followed log sends
 LOG_WAIT_S = 25.0  #: the longest a log poll waits for new bytes
 LOG_POLL_S = 0.25  #: how often it looks meanwhile (a page's log is this far behind the file at most)
@@ -92,17 +100,62 @@ async def login(request: Request) -> Response:
     token = (await form(request)).get("token", "").strip()
     ident, why = resolve(rj, f"Bearer {token}" if token else None, local=request.url.scheme == "http")
     if ident is None:
-        blocked = rj.limits.failed(client_addr(request))
-        if blocked:
-            request.state.audit_note = f"{client_addr(request)} blocked for {blocked:.0f} s after repeated failed authentications"
-        return page(request, "login.html", 401, error=why)
+        return _refused(request, rj, why)
+    return _session(request, ident, "logged in to the page")
+
+
+def _refused(request: Request, rj: Any, why: str) -> Response:
+    """A login refused (a wrong token, a dead one-time code): the login page with ``why``, 401 -- audited
+    with that line, and a failed authentication of the address (a burst blocks it: 429)."""
+    blocked = rj.limits.failed(client_addr(request))
+    request.state.audit_result = why
+    if blocked:
+        request.state.audit_note = f"{client_addr(request)} blocked for {blocked:.0f} s after repeated failed authentications"
+    return page(request, "login.html", 401, error=why)
+
+
+def _session(request: Request, ident: Any, how: str) -> Response:
+    """A new session for ``ident``: its cookie (HttpOnly, SameSite=Strict, Secure over TLS), then the queue."""
+    book = request.app.state.sessions
     sid, _ = book.open(ident.name, ident.role, ident.token_id)
     request.state.identity = ident  # the audit's who
-    out = RedirectResponse("/", 303)
+    out = RedirectResponse("/", 303, headers={"Referrer-Policy": "no-referrer"})
     out.set_cookie(book.cookie, sid, max_age=int(book.ttl_s), httponly=True, samesite="strict",
                    secure=request.url.scheme == "https", path="/")
-    request.state.audit_result = f"{ident.name} logged in to the page"
+    request.state.audit_result = f"{ident.name} {how}"
     return out
+
+
+@api.post("/page/link", response_model=wire.PageLink, status_code=201,
+          summary="A one-time login link to the team's page for the caller (`rayjobs ui`)")
+async def page_link(request: Request) -> Any:
+    """A random code, good once within ``ONCE_TTL_S`` for a page session of the caller's identity;
+    the door keeps only its hash, and neither the audit nor a log ever holds it."""
+    ident = who(request)
+    code, entry = request.app.state.once.issue(ident.name, ident.role, ident.token_id)
+    request.state.audit_result = f"a one-time page login link for {ident.name}"
+    return answer({"path": f"/login/once?{urlencode({'code': code})}",
+                   "expires_in": round(entry.expires - request.app.state.once.clock(), 1)}, 201)
+
+
+@router.get("/login/once")
+async def login_once(request: Request, code: str = Query(default="", max_length=200)) -> Response:
+    """A one-time code -> a session (the identity that asked for it, if it is still valid). A used,
+    expired or unknown code is the login page with one line, 401: audited, and counted as a failed
+    authentication of the address like a wrong token."""
+    rj = ctx(request)
+    entry, why = request.app.state.once.redeem(code)
+    if entry is not None and entry.token_id is not None:  # its token still that user's, unrevoked
+        u = rj.users.get(entry.name)
+        if u is None or u.revoked_at is not None or entry.token_id not in {t.id for t in u.tokens}:
+            entry, why = None, "the token that made this link was revoked: ask an admin for a new one"
+    if entry is None:
+        request.state.identity = None
+        return _refused(request, rj, why)
+    request.state.audit_always = True  # a GET that opens a session: audited as the login's POST is
+    role = rj.users.get(entry.name).role if entry.token_id is not None else entry.role  # its role as it is now
+    return _session(request, wire.Identity(entry.name, role, "session", entry.token_id),  # type: ignore[arg-type]
+                    "logged in to the page (a one-time link)")
 
 
 @router.post("/logout")
@@ -251,10 +304,21 @@ async def job_log(request: Request, job_id: str, offset: int = Query(default=0, 
 
 async def _log_at(rj: Any, found: Any, job_id: str, offset: int) -> bytes:
     if found.path is not None:
+        if _size(found.path) <= offset:  # nothing new: no trip to the I/O pool (a long poll looks 4 times a second)
+            return b""
         return await rj.in_io(joblogs.read_at, found.path, offset, LOG_CHUNK)
     if found.node_id is not None:
         return await rj.in_io(_remote_at, rj.dash, found.node_id, job_id, offset)
     return found.text.encode()[offset:offset + LOG_CHUNK]
+
+
+def _size(path: Any) -> int:
+    """The size of a driver log on this node (Ray's session dir, a local disk: a stat on the loop is
+    microseconds); -1 if it cannot be seen now (nothing to read this time)."""
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return -1
 
 
 def _remote_at(dash: Any, node: str, job_id: str, offset: int) -> bytes:
