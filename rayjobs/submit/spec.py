@@ -14,7 +14,7 @@ import shlex
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from types import MappingProxyType
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional
 
 from rayjobs.contract.meta import JobMeta
 from rayjobs.shared import SECRET_PATTERN, __version__
