@@ -7,10 +7,12 @@ Tracebacks are shown only with ``RAYJOBS_DEBUG=1``.
 
 from __future__ import annotations
 
-import difflib
 import os
 import sys
-from typing import Callable, Iterable, NoReturn, TypeVar
+from typing import Callable, NoReturn, TypeVar
+
+# The one did-you-mean (contract.names: the head resolves ids with it too), named here beside the errors
+from rayjobs.contract.names import closest, did_you_mean  # noqa: F401
 
 T = TypeVar("T")
 
@@ -39,22 +41,6 @@ class NoSuchJob(JobNotFound):
 
 class SubmitError(RayjobsError):
     """The cluster refused the submission."""
-
-
-def closest(word: str, candidates: Iterable[str], n: int = 3) -> list[str]:
-    """The ``n`` candidates closest to ``word`` (difflib ratio), best first."""
-    cands = sorted(set(candidates))
-    best = difflib.get_close_matches(word, cands, n=n, cutoff=0.5)
-    if not best:
-        # Fall back to substring matches: "grpo" -> "grpo_7b".
-        best = [c for c in cands if word and (word in c or c in word)][:n]
-    return best
-
-
-def did_you_mean(word: str, candidates: Iterable[str], n: int = 3) -> str:
-    """``" (did you mean: a, b?)"`` or an empty string."""
-    best = closest(word, candidates, n)
-    return f" (did you mean: {', '.join(best)}?)" if best else ""
 
 
 def says_no_such_job(e: BaseException) -> bool:

@@ -85,7 +85,8 @@ def cli_sweep(c: Any, work: Path, lo: int, hi: int) -> tuple[float, list[str]]:
 def template(c: Any) -> Template:
     """The spec ``pipeline.prepare`` builds for the first point of a 2-point sweep of the waiting jobs
     (trainer.total_epochs=SENTINEL): (its JSON, its sweep id, its submitted_at, its runtime_env)."""
-    from rayjobs.submit import compose, pipeline
+    from rayjobs.submit import pipeline
+    from rayjobs.config import compose
 
     pts = [compose.compose(["+exp=fake_ppo", f"rayjobs.address={c.address}", *WAITING, f"trainer.total_epochs={k}"])
            for k in (SENTINEL, int(SENTINEL) + 1)]

@@ -42,7 +42,8 @@ def data(storage: Path) -> None:
 def check_rows(base: list[str], rounds: int) -> tuple[list[Row], dict[str, float], bool]:
     """``checks.check_all`` alone in each state: the rows, the composition's own seconds, verl here?"""
     from rayjobs.preflight import checks, helper, verlcheck
-    from rayjobs.submit import compose, pipeline
+    from rayjobs.submit import pipeline
+    from rayjobs.config import compose
 
     t = time.perf_counter()
     one = [compose.compose(base)]

@@ -68,7 +68,8 @@ def wait_idle(client: Any, timeout: float = 900) -> None:
 # --------------------------------------------------------------------------- where a point's time goes
 def phase_ms(sweep_args: list[str], n: int) -> dict[str, float]:
     """Milliseconds per point of each phase, from the second of two in-process dry-runs of the sweep."""
-    from rayjobs.submit import app, compose, pipeline
+    from rayjobs.submit import app, pipeline
+    from rayjobs.config import compose
 
     compose.make_hydra()  # Hydra's plugin scan (re)loads the launcher module: patch the loaded one
     launcher = sys.modules["hydra_plugins.rayjobs_launcher.rayjobs_launcher"]
@@ -102,8 +103,8 @@ def copy_ms() -> dict[str, float]:
     """Milliseconds of a point's copies, now against before: of the base config, its plain copy, its YAML."""
     from omegaconf import OmegaConf
 
-    from rayjobs.submit import compose
-    from rayjobs.submit import configcache as rplain
+    from rayjobs.config import compose
+    from rayjobs.config import configcache as rplain
     from rayjobs.submit import pipeline as rsubmit
 
     def per(fn: Callable[[], Any], k: int = 10) -> float:
@@ -201,7 +202,7 @@ rest wait as records). {platform.machine()}, {os.cpu_count()} cores, load averag
 
 - **Median {bw:.2f} s** wall (target ≤ 10 s: {doc.met(bw, 10)}), median
   {median(big["cpus"]):.2f} s of CPU for the whole command ({median(big["cpus"]) * 1000 / n:.1f} ms a point): a point
-  that differs from the sweep's base in plain leaves only is derived from it (`submit/derive.py`: its
+  that differs from the sweep's base in plain leaves only is derived from it (`config/derive.py`: its
   value checked on a scratch copy of the base, its JobSpec the base's values but for those leaves, no
   config tree of its own); one request carries all {n} to the queue. On a loaded machine the wall
   time follows the load, not the CPU.

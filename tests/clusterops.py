@@ -111,7 +111,8 @@ def submit_ids(c: FakeGpuCluster, *args: str, cwd: Optional[Path] = None, env: O
 def send_on(c: FakeGpuCluster, *overrides: str, experiment: str = "fake_ppo") -> str:
     """One job composed and sent in this process (what `python -m rayjobs.submit` does, minus its
     start-up): the verl stand-in unless ``experiment`` says otherwise; its id."""
-    from rayjobs.submit import compose, pipeline
+    from rayjobs.submit import pipeline
+    from rayjobs.config import compose
 
     cfg = compose.compose([f"+exp={experiment}", f"rayjobs.address={c.address}", *overrides])
     return pipeline.send(pipeline.prepare([cfg]), address=c.address)[0]

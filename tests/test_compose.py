@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rayjobs.submit import compose
+from rayjobs.config import compose
 from rayjobs.errors import ConfigError
 from rayjobs.submit.spec import wandb_run, Context, build_spec, format_value
 
@@ -270,7 +270,7 @@ def test_sweep_points_derived_from_the_base_equal_full_work(fixed_env, updates):
 
     from omegaconf import OmegaConf
 
-    from rayjobs.submit import configcache
+    from rayjobs.config import configcache
 
     base = compose.compose(["+exp=ppo_gsm8k_qwen05b"])
     cfg = pickle.loads(pickle.dumps(base.cfg))

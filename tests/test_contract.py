@@ -103,6 +103,19 @@ def test_the_atomic_write_leaves_the_old_file_when_cut_and_sets_its_mode(tmp_pat
     assert place(a, b) is False and a.exists()  # another writer's copy won: ours stays where it was
 
 
+def test_one_did_you_mean_for_the_resolver_and_every_error() -> None:
+    """The resolver names the closest ids as every other "no such ..." message does: one function,
+    one cut-off (was a second one in ids, cut-off 0.6 and no substring match, that named no id here)."""
+    from rayjobs import errors
+    from rayjobs.contract import names
+
+    assert errors.did_you_mean is names.did_you_mean and errors.closest is names.closest
+    with pytest.raises(ids.NoMatch, match=r"no job matches 'abcd' \(did you mean: run-20260101-abcd\?\)"):
+        ids.resolve("abcd", ["run-20260101-abcd", "other-1"])
+    assert names.did_you_mean("grpo_7bb", ["grpo_7b", "ppo"]) == " (did you mean: grpo_7b?)"
+    assert names.did_you_mean("zzz", ["grpo_7b"]) == ""
+
+
 def test_ids_resolve_exact_prefix_and_sweep():
     known = ["grpo-1-aaaa", "grpo-1-abbb", "sw-9-0", "sw-9-1", "sw-9-10"]
     sweeps = {"sw-9": ["sw-9-0", "sw-9-1", "sw-9-10"]}
@@ -116,6 +129,21 @@ def test_ids_resolve_exact_prefix_and_sweep():
     with pytest.raises(ids.NoMatch, match=r"did you mean: grpo-1-aaaa"):
         ids.resolve("grpo-1-aaab", known)
     assert ids.resolve("x", [None, "", "x"]) == ["x"]  # a plain driver's empty id is skipped
+    # the start of a sweep id starts its points' ids too: it names the sweep (was: "matches 3 jobs")
+    assert ids.resolve("sw", known, sweeps) == ["sw-9-0", "sw-9-1", "sw-9-10"]
+    with pytest.raises(ids.Ambiguous, match="matches 4 jobs"):  # ... unless another job's id starts with it too
+        ids.resolve("sw", known + ["sw-other"], sweeps)
+
+
+def test_one_resolver_for_sweeps_and_the_local_records_prefixes():
+    """views' sweep filters, the local record's lookup and evaluations resolve through contract.ids."""
+    assert ids.starting("a-1", ["a-1", "a-10", "b"]) == ["a-1"] and ids.starting("a", ["a-1", "a-10", "b"]) == ["a-1", "a-10"]
+    assert ids.resolve_sweep("sw-9", ["sw-9", "sw-90"]) == "sw-9" and ids.resolve_sweep("sw-90", ["sw-9", "sw-90"]) == "sw-90"
+    assert ids.resolve_sweep("sw-8", ["sw-9", "sw-80a", ""]) == "sw-80a"
+    with pytest.raises(ids.Ambiguous, match=r"'sw' matches 2 sweeps \(sw-8, sw-9\); give more of the id"):
+        ids.resolve_sweep("sw", ["sw-9", "sw-8"])
+    with pytest.raises(ids.NoMatch, match=r"no sweep 'sx-9' \(did you mean: sw-9\?\); `rayjobs list` shows sweep ids"):
+        ids.resolve_sweep("sx-9", ["sw-9"])
 
 
 def test_run_paths_and_metrics_files(tmp_path):

@@ -170,7 +170,7 @@ def test_bad_input_is_one_line_exit_2_and_queues_nothing(cluster, workdir, tmp_p
     before_ray, before_queue, before_files = set(job_list(cluster.client())), queue_ids(cluster), {p.name for p in queue.iterdir()}
     cases = [
         ((), None, "name them with rayjobs.after="),
-        (("rayjobs.after=no-such-sweep-xyz",), None, "rayjobs.after=no-such-sweep-xyz: names no job or sweep"),
+        (("rayjobs.after=no-such-sweep-xyz",), None, "rayjobs.after=no-such-sweep-xyz: no job or sweep matches"),
         ((f"rayjobs.after={nosave}",), None, f"{nosave} saves no checkpoints (trainer.save_freq=-1"),
         ((f"rayjobs.after={evaluation}",), None, f"{evaluation} is itself an evaluation (of {trained})"),
         ((f"rayjobs.after={norecord}",), elsewhere, f"{norecord} has no local record of its config"),
@@ -227,5 +227,5 @@ def test_which_jobs_rayjobs_after_names():
     assert [i for i, _ in named_points(jobs, ["S"])] == ["S-2-r1", "S-10"]
     assert [i for i, _ in named_points(jobs, ["solo-1", "S-2", "S"])] == ["solo-1", "S-2-r1", "S-10"]
     assert [i for i, _ in named_points(jobs, ["sol"])] == ["solo-1"]
-    with pytest.raises(NoSuchJob, match="rayjobs.after=nope: names no job or sweep"):
+    with pytest.raises(NoSuchJob, match="rayjobs.after=nope: no job or sweep matches 'nope'"):
         named_points(jobs, ["nope"])

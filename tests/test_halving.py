@@ -151,6 +151,29 @@ def test_a_halving_sweep_starts_its_points_in_a_shuffled_order_fixed_by_its_id()
     assert first_admitted("sw1", H.to_json().replace(', "shuffle": true', "")) == in_order  # an older sweep's
 
 
+def test_one_halving_config_the_keys_are_the_contracts(monkeypatch) -> None:
+    """``rayjobs.halving.*`` is made from contract.halving.Halving (its fields, its defaults), and
+    conf/config.yaml restates those defaults: what a real run gets is the one definition's (keep was
+    1/3 in both classes but 0.333 in the file, which won)."""
+    from dataclasses import MISSING, field, fields, make_dataclass
+
+    from omegaconf import OmegaConf
+
+    from rayjobs.config import schema
+
+    made = {f.name: f.default for f in fields(schema.HalvingConfig)}
+    assert made == {"metric": "", "mode": Halving.mode, "rungs": MISSING, "keep": Halving.keep, "shuffle": Halving.shuffle}
+    conf = OmegaConf.load(Path(__file__).parent.parent / "conf" / "config.yaml").rayjobs.halving
+    assert {k: conf[k] for k in ("mode", "keep", "shuffle")} == {"mode": Halving.mode, "keep": Halving.keep,
+                                                                  "shuffle": Halving.shuffle}
+    other = make_dataclass("Other", [("metric", str), ("rungs", tuple), ("mode", str, field(default="min")),
+                                     ("keep", float, field(default=0.5)), ("shuffle", bool, field(default=False)),
+                                     ("patience", int, field(default=2))], frozen=True)
+    monkeypatch.setattr(schema, "Halving", other)  # another field or default there is one here
+    assert {f.name: f.default for f in fields(schema._halving_config())} == {
+        "metric": "", "mode": "min", "rungs": MISSING, "keep": 0.5, "shuffle": False, "patience": 2}
+
+
 def test_halving_keys_travel_in_the_metadata(tmp_path) -> None:
     import json
 

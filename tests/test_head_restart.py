@@ -153,7 +153,7 @@ def test_an_ended_jobs_log_is_shown_after_a_restart_of_the_heads_ray(fresh_clust
     this laptop kept nothing of them. `logs`/`tail` show the whole log (its file is readable here)
     and, once that is gone too, the end its runner kept on the storage root, saying where the whole
     log stays; `status` of the FAILED one keeps its failures and error (issue 45 item 1)."""
-    from rayjobs.submit import ledger
+    from rayjobs import ledger
 
     c = fresh_clusters.get(((2, 6),), fresh=True)
     ok = send_on(c, *WHOLE, "+fake.steps=3")

@@ -45,7 +45,7 @@ def _job(run_dir: Path, status: str = "FAILED") -> dict[str, Any]:
 
 
 def test_what_is_shown_of_an_ended_jobs_log_in_order_whole_storage_record(tmp_path, monkeypatch):
-    from rayjobs.submit import ledger
+    from rayjobs import ledger
 
     monkeypatch.setenv("RAYJOBS_HOME", str(tmp_path / "home"))
     log, run_dir = _log(tmp_path, n=50), tmp_path / "runs" / "r1"

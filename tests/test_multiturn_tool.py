@@ -67,7 +67,7 @@ def test_tiny_multiturn_preset_is_the_tool_preset_at_the_tiny_size(monkeypatch, 
     that resolve inside the job's working_dir (rayjobs' scripts/) as on every node."""
     from omegaconf import OmegaConf
 
-    from rayjobs.submit import compose
+    from rayjobs.config import compose
 
     monkeypatch.setenv("RAYJOBS_STORAGE", "/shared/rayjobs")
     monkeypatch.chdir(tmp_path)  # no user presets

@@ -55,7 +55,7 @@ def test_a_new_top_level_key_is_warned_about_once(tmp_path):
 
 
 def test_help_lists_every_rayjobs_key(tmp_path):
-    from rayjobs.submit.schema import own_keys
+    from rayjobs.config.schema import own_keys
 
     r = rayjobs_submit("--help", cwd=tmp_path)
     assert r.returncode == 0
@@ -199,7 +199,7 @@ def test_a_metadata_list_is_read_whole_or_not_at_all():
 
 
 def test_the_ledger_skips_the_jobs_the_cluster_lists_by_their_id_alone(tmp_path, monkeypatch):
-    from rayjobs.submit import ledger
+    from rayjobs import ledger
 
     monkeypatch.setenv("RAYJOBS_HOME", str(tmp_path))
     ledger.record({"id": "b", "entrypoint": 'python x.py --note \'"id": "a"\'', "cluster": "c1", "sweep": ""})

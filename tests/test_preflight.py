@@ -19,7 +19,7 @@ from types import SimpleNamespace
 import pytest
 from conftest import job_ids, job_list, rayjobs_submit
 
-from rayjobs.submit import compose
+from rayjobs.config import compose
 from rayjobs.preflight import clusterfiles, secretnames
 from rayjobs.preflight import checks
 from rayjobs.preflight import verlcheck

@@ -13,7 +13,7 @@ import pytest
 from conftest import REPO, job_list, rayjobs_submit, wait_terminal
 
 from rayjobs import settings
-from rayjobs.submit import ledger
+from rayjobs import ledger
 
 ID = re.compile(r"^fake_ppo-\d{8}-\d{6}-[0-9a-f]{4}$")
 
@@ -92,7 +92,7 @@ def test_max_retries_resumes_in_the_same_job(cluster, client, workdir):
     (["+exp=fake_ppo", "rayjobs.address=http://127.0.0.1:9"], r"^error: cannot reach a Ray dashboard at http://127.0.0.1:9 \(from rayjobs.address\): check the address"),
     (["+exp=fake_ppo", "trainer.default_local_dir=./ckpt"], r"^error: trainer.default_local_dir='./ckpt' is a relative path"),
     (["+exp=fake_ppo", "+rayjobs.env.MY_API_TOKEN=x"], r"^error: rayjobs.env.MY_API_TOKEN looks like a secret"),
-    # rayjobs' own keys are typed (rayjobs.submit.schema): wrong types and ranges, preflight on or off
+    # rayjobs' own keys are typed (rayjobs.config.schema): wrong types and ranges, preflight on or off
     (["+exp=fake_ppo", "rayjobs.priority=high"], r"^error: rayjobs.priority='high': must be an integer"),
     (["+exp=fake_ppo", "rayjobs.priority=high", "rayjobs.preflight=false"], r"^error: rayjobs.priority='high': must be an integer"),
     (["+exp=fake_ppo", "rayjobs.max_retries=lots"], r"^error: rayjobs.max_retries='lots': must be an integer"),

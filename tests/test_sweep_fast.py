@@ -1,4 +1,4 @@
-"""Sweep points derived from the base (rayjobs.submit.derive) equal points composed in full (no Ray)."""
+"""Sweep points derived from the base (rayjobs.config.derive) equal points composed in full (no Ray)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from rayjobs.errors import ConfigError
-from rayjobs.submit import app, compose, configcache, derive, pipeline
+from rayjobs.submit import app, pipeline
+from rayjobs.config import compose, configcache, derive
 from rayjobs.submit.spec import Context, build_spec
 
 BASE = ["+exp=fake_ppo", "trainer.total_epochs=1", "algorithm.kl_ctrl.kl_coef=0.001", "data.train_batch_size=256",

@@ -116,7 +116,7 @@ def test_the_laptops_copy_of_the_rows_sums_and_filters_as_the_head_does(tmp_path
     """The head's answer, kept per job on the laptop, summed again once the cluster is gone: the
     same totals, per user and per sweep, and the same filters."""
     from rayjobs.oncluster.usage import to_json
-    from rayjobs.submit import ledger
+    from rayjobs import ledger
     from rayjobs.views import usagerecord
 
     monkeypatch.setenv("RAYJOBS_HOME", str(tmp_path))

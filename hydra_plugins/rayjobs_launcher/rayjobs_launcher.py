@@ -5,7 +5,7 @@ as its return value (a launcher that waited for RL runs to finish would be wrong
 point is composed and checked before any is submitted, so one bad point submits nothing.
 
 Composition is shared: the first point is composed by Hydra; a point that differs from it only in
-plain key values is derived from it (:mod:`rayjobs.submit.derive`): without a config tree of its
+plain key values is derived from it (:mod:`rayjobs.config.derive`): without a config tree of its
 own where it only sets scalar leaves nothing else reads, else by applying those values to an
 unpickled copy of the base (milliseconds, not a full compose).
 Points that change a config group are composed in full. The ``rayjobs`` sweeper is Hydra's basic
@@ -61,7 +61,7 @@ class RayjobsLauncher(Launcher):
         self.hydra_context = hydra_context
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        from rayjobs.submit import compose
+        from rayjobs.config import compose
         from rayjobs.submit.app import run_points
 
         with compose.memo_interpolations():
@@ -77,9 +77,9 @@ class RayjobsLauncher(Launcher):
     # ------------------------------------------------------------------ shared composition
     def compose_points(self, batch: List[List[str]]) -> List[Any]:
         """Every point of ``batch`` composed and checked: the first in full, the others derived from
-        it where they differ only in plain keys (:mod:`rayjobs.submit.derive`)."""
-        from rayjobs.submit import compose
-        from rayjobs.submit.derive import Deriver
+        it where they differ only in plain keys (:mod:`rayjobs.config.derive`)."""
+        from rayjobs.config import compose
+        from rayjobs.config.derive import Deriver
 
         assert self.config is not None and self.hydra_context is not None
         loader = self.hydra_context.config_loader
@@ -115,7 +115,7 @@ class RayjobsLauncher(Launcher):
         values are plain keys, setting them on a copy saves a second full composition.
         None when a swept override is anything else (a group, an addition, a deletion).
         """
-        from rayjobs.submit import compose
+        from rayjobs.config import compose
 
         assert self.config is not None
         typed = OmegaConf.select(self.config, "hydra.overrides.task", default=None)

@@ -40,7 +40,7 @@ def resume_job(job_id: str, *, address: Optional[str] = None, dashboard: Optiona
 
 def _record_resume(d: "Dashboard", old: str, new: str) -> None:
     """The resumed job in the local record: the old one's entry and config, under the new id."""
-    from rayjobs.submit import ledger
+    from rayjobs import ledger
 
     entry = ledger.find(old)
     if entry is None:
@@ -119,7 +119,8 @@ def evaluate_checkpoints(after: Union[str, Sequence[str]], overrides: Sequence[s
             evaluation itself, no checkpoints, no config), a refused override. SubmitError: a
             point's code snapshot is gone. Nothing is queued in each case.
     """
-    from rayjobs.submit import compose, evaluate
+    from rayjobs.submit import evaluate
+    from rayjobs.config import compose
     from rayjobs.submit.spec import format_value
 
     ids = [after] if isinstance(after, str) else list(after)

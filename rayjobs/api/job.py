@@ -186,7 +186,7 @@ def recorded_row(job_id: str, cluster: str, *, gone: bool = False) -> dict[str, 
         NoSuchJob: no record matches. JobNotFound: several do.
     """
     from rayjobs.errors import JobNotFound
-    from rayjobs.submit import ledger
+    from rayjobs import ledger
     from rayjobs.views import localrows
 
     hits = ledger.lookup(job_id)

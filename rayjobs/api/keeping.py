@@ -1,6 +1,6 @@
 """The local record's copies, kept as the views read the cluster: what ``list`` and ``status`` showed of
 each job, and the final state, log tail and metrics of each ended job (once), so ``list``,
-``status``, ``plot`` and ``compare`` still work once the cluster is gone (:mod:`rayjobs.submit.ledger`).
+``status``, ``plot`` and ``compare`` still work once the cluster is gone (:mod:`rayjobs.ledger`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 def remember(dash: Any, rows: list[dict[str, Any]]) -> None:
     """Remember what was shown of each row (what ``list`` says while the cluster is gone)."""
-    from rayjobs.submit import ledger
+    from rayjobs import ledger
 
     try:
         ledger.remember_seen(dash.target.key, rows)
@@ -32,7 +32,7 @@ def keep_rows(pairs: list[tuple[dict[str, Any], Any]], dash: Any, tails: Optiona
               from_log: bool = False) -> int:
     """Keep a final copy of each ended job of ``pairs`` (row, job) not kept yet (8 at a time);
     ``from_log``: read the metrics from the log where the run dir is not readable. How many kept."""
-    from rayjobs.submit import ledger
+    from rayjobs import ledger
 
     ended = [(r, j) for r, j in pairs if r.get("status") in TERMINAL]
     kept = {str(r["id"]) for r, _ in ended if ledger.is_kept(str(r["id"]))}
@@ -51,7 +51,7 @@ def keep_job(dash: Any, job: Any, row: Optional[dict[str, Any]] = None, tail: Op
     """Keep the final copy of one ended job (once): row, log tail, metrics; for a copy kept without
     metrics, those (``from_log``, or the ``history`` plot read). False if nothing was written: kept
     before, still running, or the disk refused it (a view never fails for its copy)."""
-    from rayjobs.submit import ledger
+    from rayjobs import ledger
 
     jid = str(field(job, "submission_id"))
     try:
@@ -92,7 +92,7 @@ def _scan_total(dash: Any, job: Any, row: dict[str, Any]) -> None:
 def keep_seen_row(dash: "Dashboard", row: dict[str, Any], job: Any) -> None:
     """``rayjobs status``: remember the row and, for an ended job not kept yet, keep its final copy
     (one more read of its log's end, once per job)."""
-    from rayjobs.submit import ledger
+    from rayjobs import ledger
 
     if row.get("source") is not None:
         return
@@ -126,7 +126,7 @@ def keep_listed(pairs: list[tuple[dict[str, Any], Any]], dash: "Dashboard", tail
 def _fetch_tail(dash: Any, job: Any) -> Optional[bytes]:
     """The end of an ended job's driver log: from Ray, or by its file name once Ray pruned it, or --
     Ray no longer serves it (the head's Ray restarted) -- the end its runner kept on the storage root."""
-    from rayjobs.submit import ledger
+    from rayjobs import ledger
     from rayjobs.views import joblog
 
     node, jid = field(job, "driver_node_id"), str(field(job, "submission_id"))
@@ -179,7 +179,7 @@ def _metrics_of(dash: Any, job: Any, history: Optional[dict[int, dict[str, float
 def keep_histories(dash: Any, jobs: Sequence[Any], hists: Sequence[tuple[dict[int, dict[str, float]], str]]) -> None:
     """What plot just read of an ended job goes into its final copy, so it is read once (the log
     of a remote cluster's job, streamed here anyway, is the only place its curve is)."""
-    from rayjobs.submit import ledger
+    from rayjobs import ledger
 
     for job, (h, src) in zip(jobs, hists):
         if field(job, "from_record") or status_of(job) not in TERMINAL or src == "local":

@@ -74,7 +74,7 @@ def check_experiment(name: str, all_jobs: Sequence[Any]) -> None:
 
     names = {job_meta(j).experiment for j in all_jobs} - {""}
     try:
-        from rayjobs.submit import compose
+        from rayjobs.config import compose
 
         names |= set(compose.experiments())
     except RayjobsError:

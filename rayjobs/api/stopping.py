@@ -90,7 +90,7 @@ def _check_saves_checkpoints(job_id: str, meta: JobMeta) -> None:
     if not meta.checkpoint_dir:
         raise ConfigError(f"{job_id} has no checkpoint dir rayjobs knows (not a verl job submitted through rayjobs); "
                           f"stop it without --at-checkpoint")
-    from rayjobs.submit import ledger
+    from rayjobs import ledger
 
     cfg = ledger.run_dir(job_id) / "config.yaml"
     if cfg.is_file():

@@ -20,7 +20,8 @@ def plan_experiment(experiment: str, overrides: Sequence[str] = ()) -> list["Job
     Raises:
         ConfigError: an unknown experiment or key, a wrong value, a failed preflight rule.
     """
-    from rayjobs.submit import compose, pipeline
+    from rayjobs.submit import pipeline
+    from rayjobs.config import compose
 
     return [p.spec for p in pipeline.prepare([compose.compose([f"+exp={experiment}", *overrides])])]
 
@@ -37,7 +38,8 @@ def submit_experiment(experiment: str, overrides: Sequence[str] = (), *, address
     Raises:
         ConfigError: bad input (nothing submitted). ClusterUnreachable, SubmitError: the cluster.
     """
-    from rayjobs.submit import compose, pipeline
+    from rayjobs.submit import pipeline
+    from rayjobs.config import compose
 
     points = pipeline.prepare([compose.compose([f"+exp={experiment}", *overrides])])
     return Job(pipeline.send(points, address=address or points[0].composed.cfg.rayjobs.address)[0], address=address)
@@ -45,7 +47,8 @@ def submit_experiment(experiment: str, overrides: Sequence[str] = (), *, address
 
 def submit_sweep(experiment: str, overrides: Sequence[str], *, address: Optional[str] = None) -> list[Job]:
     """Submit one job per point of a Hydra sweep (``a=1,2 b=x,y``: four jobs), all checked first."""
-    from rayjobs.submit import app, compose
+    from rayjobs.submit import app
+    from rayjobs.config import compose
 
     args = [f"+exp={experiment}", *overrides] + ([f"rayjobs.address={address}"] if address else [])
     hydra = compose.make_hydra()

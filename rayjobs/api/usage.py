@@ -48,7 +48,7 @@ def usage(*, user: Optional[str] = None, sweep: Optional[str] = None, since: Opt
     """
     from rayjobs.client.connection import connect
     from rayjobs.errors import ClusterUnreachable
-    from rayjobs.submit import ledger
+    from rayjobs import ledger
 
     t = since_ts(since)
     try:
@@ -68,7 +68,7 @@ def _from_record(address: Optional[str], user: Optional[str], sweep: Optional[st
     from datetime import datetime
 
     from rayjobs import settings
-    from rayjobs.submit import ledger
+    from rayjobs import ledger
     from rayjobs.views import usagerecord
     from rayjobs.views.localrows import head_down_line
 

@@ -110,7 +110,7 @@ def _kept_log(job_id: str, e: Exception, *, lines: Optional[int], as_json: bool,
     the exit code of the kept final status. Nothing kept: ``e`` is raised."""
     from rayjobs import api
     from rayjobs.errors import ClusterUnreachable
-    from rayjobs.submit import ledger
+    from rayjobs import ledger
     from rayjobs.views import logparse, steplog
     from rayjobs.views.jobtail import EXIT_CODES
     from rayjobs.views.localrows import head_down_line
@@ -207,7 +207,7 @@ def list_cmd(sweep: Optional[str], statuses: tuple[str, ...], experiment: Option
         rows = api.list_jobs(sweep=sweep, statuses=statuses, experiment=experiment, include_all=include_all,
                              address=address, keep=keep, say=_say)
         if keep:
-            from rayjobs.submit import ledger
+            from rayjobs import ledger
 
             n = sum(1 for r in rows if r.get("status") in TERMINAL and ledger.is_kept(str(r["id"])))
             _say(f"the local record keeps the final state of {n} ended job(s) ({ledger.run_dir('ID')})")

@@ -1,7 +1,7 @@
-"""How a sweep's points are ranked, one rule for ``rayjobs compare`` (the laptop) and the page (the
-head): the swept values (the sweep overrides that differ between the points), each curve's last
-and best value (best: the highest, the lowest for a metric whose name says ``loss``; the earliest
-step on a tie), and the best point(s)."""
+"""How a sweep's points are named and ranked, one rule for ``rayjobs compare`` (the laptop) and the
+page (the head): a point's label, the swept values (the sweep overrides that differ between the
+points), each curve's last and best value (best: the highest, the lowest for a metric whose name
+says ``loss``; the earliest step on a tie), and the best point(s)."""
 
 from __future__ import annotations
 
@@ -23,6 +23,16 @@ def last_best(series: Sequence[Sequence[float]], mode: str) -> Optional[dict[str
         return None
     best_step, best = (max if mode == "max" else min)(pts, key=lambda p: p[1])  # the first of equals: earliest
     return {"last": pts[-1][1], "last_step": pts[-1][0], "best": best, "best_step": best_step, "mode": mode}
+
+
+def point_label(overrides: Sequence[str], sep: str = "=") -> str:
+    """A sweep point's name from its overrides: ``["algorithm.kl_ctrl.kl_coef=0.01"]`` -> ``kl_coef=0.01``
+    (legends, the ``list`` column); ``sep="-"`` for run names."""
+    parts = []
+    for ov in overrides:
+        key, _, value = ov.partition("=")
+        parts.append(f"{key.lstrip('+~').rsplit('.', 1)[-1]}{sep}{value}")
+    return ",".join(parts)
 
 
 def swept(metas: Sequence[dict[str, str]]) -> tuple[list[str], list[dict[str, str]]]:

@@ -34,7 +34,7 @@ from rayjobs.preflight.problem import UNSET, VERL_FIX, Problem, note
 from rayjobs.preflight.rules import config_problems
 from rayjobs.preflight.secretnames import cluster_env_names
 from rayjobs.preflight.tools import tool_problems
-from rayjobs.submit.derive import plain_configs
+from rayjobs.config.derive import plain_configs
 
 if TYPE_CHECKING:
     from rayjobs.client.dashboard import Dashboard

@@ -18,7 +18,7 @@ from rayjobs.preflight.keys import as_list, get_key, model_keys, path_kind, runs
 from rayjobs.preflight.problem import Problem, note
 from rayjobs.preflight.secretnames import secret_problems
 from rayjobs.preflight.verlfacts import reward_known, verl_facts
-from rayjobs.submit.configcache import plain
+from rayjobs.config.configcache import plain
 
 
 def custom_reward(cfg: Any) -> tuple[str, Optional[str], str]:

@@ -16,7 +16,7 @@ from rayjobs.errors import closest
 from rayjobs.preflight.keys import as_list, get_key, int_key, model_keys, need_critic, need_reference_policy, path_kind
 from rayjobs.preflight.problem import Problem
 from rayjobs.preflight.verlfacts import verl_facts
-from rayjobs.submit.configcache import plain
+from rayjobs.config.configcache import plain
 
 
 def config_problems(cfg: Any) -> list[Problem]:

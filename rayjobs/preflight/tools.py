@@ -25,7 +25,7 @@ from rayjobs.preflight.clusterfiles import _column_values
 from rayjobs.preflight.keys import as_list, get_key, path_kind
 from rayjobs.preflight.problem import Problem, note
 from rayjobs.preflight.verlfacts import _verl_root, verl_facts
-from rayjobs.submit.configcache import plain
+from rayjobs.config.configcache import plain
 
 R = "actor_rollout_ref.rollout"
 TOOL_KEY = f"{R}.multi_turn.tool_config_path"

@@ -22,7 +22,7 @@ LOGGER_SECRETS = {"wandb": ("WANDB_API_KEY", "WANDB_MODE", ("offline", "disabled
 
 def _verl_root() -> Optional[Path]:
     try:
-        from rayjobs.submit.compose import verl_config_dir
+        from rayjobs.config.compose import verl_config_dir
 
         return verl_config_dir().parent.parent
     except Exception:
@@ -52,7 +52,7 @@ def verl_facts() -> dict[str, Any]:
     loggers = re.findall(r'"(\w+)"', m.group(1)) if m else ["wandb", "mlflow", "swanlab", "vemlp_wandb", "tensorboard",
                                                              "console", "clearml", "trackio", "file", "rl_insight"]
     exact, prefixes = _reward_sources(_read("utils/reward_score/__init__.py"))
-    from rayjobs.submit.compose import verl_version
+    from rayjobs.config.compose import verl_version
 
     return {"version": verl_version(), "rollout": backends, "estimators": est, "loggers": loggers,
             "reward_exact": exact, "reward_prefixes": prefixes, **_agent_facts()}

@@ -18,8 +18,9 @@ import textwrap
 from typing import Any, Iterator, Optional, Sequence
 
 from rayjobs.errors import run_cli
-from rayjobs.submit import compose, pipeline
-from rayjobs.submit.compose import Composed
+from rayjobs.submit import pipeline
+from rayjobs.config import compose
+from rayjobs.config.compose import Composed
 
 USAGE = """usage: python -m rayjobs.submit [-m] +exp=NAME [verl.key=value ...] [rayjobs.key=value ...]
 
@@ -107,7 +108,7 @@ def _main(argv: Sequence[str]) -> int:
 
     args = get_args_parser().parse_args(list(argv))
     if args.help or args.hydra_help:
-        from rayjobs.submit.schema import own_keys
+        from rayjobs.config.schema import own_keys
 
         keys = textwrap.fill(", ".join(k.removeprefix("rayjobs.") for k in own_keys()), 96,
                              initial_indent="  ", subsequent_indent="  ")

@@ -34,12 +34,13 @@ import sys
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 from rayjobs.contract.meta import JobMeta
-from rayjobs.errors import ConfigError, NoSuchJob, did_you_mean
+from rayjobs.errors import ConfigError, NoSuchJob
 from rayjobs.shared import CODE_OF_KEY
-from rayjobs.submit import compose, pipeline, rerun
-from rayjobs.submit.compose import Composed, override_key
+from rayjobs.submit import pipeline, rerun
+from rayjobs.config import compose
+from rayjobs.config.compose import Composed, override_key
 from rayjobs.submit.pipeline import Prepared
-from rayjobs.submit.schema import after_ids
+from rayjobs.config.schema import after_ids
 from rayjobs.submit.spec import format_value
 
 if TYPE_CHECKING:
@@ -170,16 +171,15 @@ def named_points(jobs: Sequence[Any], tokens: Sequence[str]) -> list[tuple[str, 
 
 
 def _resolve(token: str, ids: Sequence[str], sweeps: Mapping[str, list[str]]) -> list[str]:
-    if token in ids:
-        return [token]
-    if token in sweeps:
-        return sweeps[token]
-    hits = sorted({s for s in sweeps if s.startswith(token)}) or sorted(i for i in ids if i.startswith(token))
-    if len(hits) == 1:
-        return sweeps.get(hits[0]) or hits
-    what = f"matches {len(hits)} jobs or sweeps ({', '.join(hits[:4])}): give more of the id" if hits else \
-        f"names no job or sweep of this cluster{did_you_mean(token, list(sweeps) + list(ids))}"
-    raise NoSuchJob(f"rayjobs.after={token}: {what}; `rayjobs list` shows the ids")
+    """The ids ``token`` names (:func:`rayjobs.contract.ids.resolve`, as the queue resolves ``after``), in
+    ``ids``' order (a sweep's points in point order)."""
+    from rayjobs.contract import ids as idres
+
+    try:
+        named = set(idres.resolve(token, ids, sweeps, what="job or sweep"))
+    except LookupError as e:
+        raise NoSuchJob(f"rayjobs.after={token}: {e}") from None
+    return [i for i in ids if i in named]
 
 
 # --------------------------------------------------------------------------- the evaluations

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
-from rayjobs.submit.compose import Composed
+from rayjobs.config.compose import Composed
 from rayjobs.submit.spec import Context, JobSpec, build_spec, sweep_id
 
 if TYPE_CHECKING:
@@ -102,7 +102,7 @@ def run_preflight(prepared: Sequence[Prepared]) -> None:
 
 def dry_run_report(prepared: Sequence[Prepared]) -> str:
     """What dry-run prints: per point the resolved config and the exact submit request."""
-    from rayjobs.submit import configcache, derive
+    from rayjobs.config import configcache, derive
 
     # A sweep's points share all but their swept leaves: resolve the tree once (not once a point),
     # and write each shared subtree once (json.dumps(indent=2) is pure Python: ~45 KB a point).
@@ -140,8 +140,8 @@ def send(prepared: Sequence[Prepared], address: Optional[str] = None, *, dashboa
 
 
 def _record(d: "Dashboard", p: Prepared) -> None:
-    """One point in the local record (``rayjobs.submit.ledger``), with its config as YAML."""
-    from rayjobs.submit import ledger
+    """One point in the local record (``rayjobs.ledger``), with its config as YAML."""
+    from rayjobs import ledger
 
     jm = p.spec.meta
     ledger.record(
@@ -155,14 +155,14 @@ def _record(d: "Dashboard", p: Prepared) -> None:
 
 def _config_yaml(c: Composed) -> str:
     """A point's config as YAML for the ledger; a derived sweep point's, the base's entries but its own."""
-    from rayjobs.submit import derive
+    from rayjobs.config import derive
 
     return derive.config_yaml(c, dump_yaml)
 
 
 def _yaml(cfg: Any) -> str:
     """The config as YAML for the ledger (C dumper: a sweep writes one per point)."""
-    from rayjobs.submit import configcache
+    from rayjobs.config import configcache
 
     return dump_yaml(configcache.raw(cfg))
 

@@ -39,8 +39,9 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 from rayjobs.contract.meta import JobMeta
 from rayjobs.errors import ConfigError
-from rayjobs.submit import compose, pipeline
-from rayjobs.submit.compose import Composed, is_own, override_key
+from rayjobs.submit import pipeline
+from rayjobs.config import compose
+from rayjobs.config.compose import Composed, is_own, override_key
 from rayjobs.submit.pipeline import Prepared
 from rayjobs.submit.spec import RUNNER, Context, build_spec
 
@@ -187,7 +188,7 @@ def recorded(old: str, meta: Mapping[str, Any]) -> Recorded:
     Raises:
         ConfigError: not a rayjobs job, or no way to its exact config from here.
     """
-    from rayjobs.submit import ledger
+    from rayjobs import ledger
 
     experiment = JobMeta.from_ray(meta).experiment
     if not experiment:
@@ -211,7 +212,7 @@ def recorded(old: str, meta: Mapping[str, Any]) -> Recorded:
 
 def _recomposed(old: str, meta: Mapping[str, Any], experiment: str) -> Recorded:
     """No local record: compose the job's preset and overrides again; it must give the same config."""
-    from rayjobs.submit import configcache
+    from rayjobs.config import configcache
     from rayjobs.submit.spec import config_hash
 
     jm = JobMeta.from_ray(meta)
@@ -254,7 +255,7 @@ def apply(raw: dict, overrides: Sequence[str], *, address: Optional[str], dry_ru
     from omegaconf import OmegaConf
 
     from rayjobs import settings
-    from rayjobs.submit import schema
+    from rayjobs.config import schema
 
     # How this command runs, not what: never taken over from the old submit.
     base = dict(raw, rayjobs=dict(raw["rayjobs"], dry_run=bool(dry_run), follow=False, address=address))

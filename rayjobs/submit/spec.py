@@ -14,13 +14,14 @@ import shlex
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from types import MappingProxyType
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional
 
 from rayjobs.contract.meta import JobMeta
 from rayjobs.shared import SECRET_PATTERN, __version__
-from rayjobs.submit.compose import Composed, is_own, override_key
-from rayjobs.submit.derive import values_of
-from rayjobs.submit.schema import after_ids
+from rayjobs.contract.ranking import point_label
+from rayjobs.config.compose import Composed, is_own, override_key
+from rayjobs.config.derive import values_of
+from rayjobs.config.schema import after_ids
 from rayjobs.errors import ConfigError
 
 #: The wrapper every job runs under (per-attempt metrics file, retries, queue admission).
@@ -97,15 +98,6 @@ def sweep_id(experiment: str, now: datetime, suffix: str) -> str:
     return f"{slug(experiment, 40)}-{now:%Y%m%d-%H%M%S}-{suffix}"
 
 
-def point_label(overrides: Sequence[str], sep: str = "=") -> str:
-    """``["algorithm.kl_ctrl.kl_coef=0.01"]`` -> ``kl_coef=0.01`` (legends); ``sep="-"`` for run names."""
-    parts = []
-    for ov in overrides:
-        key, _, value = ov.partition("=")
-        parts.append(f"{override_key(key).rsplit('.', 1)[-1]}{sep}{value}")
-    return ",".join(parts)
-
-
 # --------------------------------------------------------------------------- overrides
 _BARE = re.compile(r"^[A-Za-z0-9_./:@+-]+$")
 _LOOKS_TYPED = re.compile(r"^([-+]?[0-9._]+([eE][-+]?[0-9]+)?|true|false|null|none|inf|-inf|nan)$", re.I)
@@ -136,7 +128,7 @@ def verl_overrides(c: Composed, forced: Mapping[str, Any]) -> list[str]:
     arrive as plain values; overrides that are not plain keys (``~key``, group choices) pass as
     typed. Each key appears once.
     """
-    from rayjobs.submit.compose import verl_schema
+    from rayjobs.config.compose import verl_schema
 
     vals = values_of(c)
     verl_keys = verl_schema()
@@ -189,7 +181,7 @@ def _gpu_groups(select: Callable[[str, Any], Any]) -> list[int]:
 
 def config_hash(cfg: Any) -> str:
     """Stable short hash of the composed (unresolved) config."""
-    from rayjobs.submit import configcache
+    from rayjobs.config import configcache
 
     return _digest(json.dumps(configcache.raw(cfg), sort_keys=True, default=str))
 
@@ -215,7 +207,7 @@ def job_env(rj: Any) -> dict[str, str]:
 
 def base_metadata(c: Composed, ctx: Context) -> JobMeta:
     """The metadata every rayjobs job carries, typed (Ray's ``str -> str`` form is its ``to_ray()``)."""
-    from rayjobs.submit.derive import canonical_json
+    from rayjobs.config.derive import canonical_json
 
     own = values_of(c).read("own_metadata", ("rayjobs",), _own_metadata)
     return JobMeta(rayjobs=__version__, experiment=c.experiment, overrides=tuple(c.overrides), sweep=ctx.sweep or "",

@@ -114,7 +114,7 @@ def eval_jobs(jobs: Sequence[Any], point_ids: set[str]) -> list[Any]:
     """The evaluation jobs of the points (metadata ``eval_of`` = one of ``point_ids``): those in
     ``jobs`` (the cluster's), then those only the local record still has (their kept copy, or
     what was last seen of them)."""
-    from rayjobs.submit import ledger
+    from rayjobs import ledger
 
     found = [j for j in jobs if job_meta(j).eval_of in point_ids]
     known = {str(field(j, "submission_id")) for j in jobs}

@@ -118,9 +118,9 @@ def kept_log(job: Any, *, whole: bool = True) -> Optional[Kept]:
     """What is left of an ended job's log once Ray no longer serves it: its whole log file where it
     is readable here (``whole``; the embedded head's earlier session), else the end its runner kept
     on the storage root (:func:`rayjobs.contract.paths.kept_log`, readable here), else the end the
-    local record kept (:mod:`rayjobs.submit.ledger`); None when nothing is."""
+    local record kept (:mod:`rayjobs.ledger`); None when nothing is."""
     from rayjobs.contract import paths
-    from rayjobs.submit import ledger
+    from rayjobs import ledger
     from rayjobs.views.jobfields import job_id, job_meta
 
     jid, run_dir = job_id(job), job_meta(job).run_dir

@@ -35,7 +35,7 @@ def is_rayjobs(job: Any) -> bool:
 
 def sweep_label(m: Mapping[str, str]) -> str:
     """``kl_coef=0.01,lr=1e-6``: what varies in this job's sweep point ('' outside sweeps; ``m``: its metadata)."""
-    from rayjobs.submit.spec import point_label
+    from rayjobs.contract.ranking import point_label
 
     return point_label(list(JobMeta.from_ray(m).sweep_overrides))
 
@@ -48,7 +48,7 @@ def overrides_label(m: Mapping[str, str]) -> str:
 
 def label_of(sweep_overrides: list[str], overrides: list[str]) -> str:
     """:func:`overrides_label` of the two lists, parsed already."""
-    from rayjobs.submit.spec import point_label
+    from rayjobs.contract.ranking import point_label
 
     if sweep_overrides:
         return point_label(sweep_overrides)
@@ -386,13 +386,8 @@ def select(jobs: Iterable[Any], sweep: Optional[str] = None, status: Optional[li
     jobs = list(jobs)
     mine = jobs if include_all else [j for j in jobs if is_rayjobs(j)]
     if sweep:
-        sweeps = sorted({job_meta(j).sweep for j in jobs} - {""})
-        hit = [s for s in sweeps if s == sweep] or [s for s in sweeps if s.startswith(sweep)]
-        if len(hit) != 1:
-            if hit:
-                raise JobNotFound(f"{sweep!r} matches {len(hit)} sweeps ({', '.join(hit[:4])}); give more of the id")
-            raise JobNotFound(f"no sweep {sweep!r}{did_you_mean(sweep, sweeps)}; `rayjobs list` shows sweep ids")
-        mine = [j for j in jobs if job_meta(j).sweep == hit[0]]
+        named = sweep_named(sweep, {job_meta(j).sweep for j in jobs})
+        mine = [j for j in jobs if job_meta(j).sweep == named]
     if experiment:
         mine = [j for j in mine if job_meta(j).experiment == experiment]
     return mine
@@ -401,16 +396,19 @@ def select(jobs: Iterable[Any], sweep: Optional[str] = None, status: Optional[li
 def resolve_sweep(sweep: str, jobs: Iterable[Any]) -> str:
     """The sweep id ``sweep`` names (itself, or the one id it starts) among the sweeps of ``jobs`` and
     of the local record (a sweep the cluster forgot is still one); an unknown one names the closest."""
-    from rayjobs.submit import ledger
+    from rayjobs import ledger
 
-    names = {job_meta(j).sweep for j in jobs} | {str(e.get("sweep") or "") for e in ledger.entries()}
-    names.discard("")
-    hit = [s for s in names if s == sweep] or sorted(s for s in names if s.startswith(sweep))
-    if len(hit) == 1:
-        return hit[0]
-    if hit:
-        raise JobNotFound(f"{sweep!r} matches {len(hit)} sweeps ({', '.join(hit[:4])}); give more of the id")
-    raise JobNotFound(f"no sweep {sweep!r}{did_you_mean(sweep, names)}; `rayjobs list` shows sweep ids")
+    return sweep_named(sweep, {job_meta(j).sweep for j in jobs} | {str(e.get("sweep") or "") for e in ledger.entries()})
+
+
+def sweep_named(sweep: str, names: Iterable[str]) -> str:
+    """:func:`rayjobs.contract.ids.resolve_sweep`, its refusal a :class:`JobNotFound` (one line, exit 2)."""
+    from rayjobs.contract import ids
+
+    try:
+        return ids.resolve_sweep(sweep, names)
+    except LookupError as e:
+        raise JobNotFound(str(e)) from None
 
 
 def parse_statuses(values: Iterable[str]) -> list[str]:

@@ -1,5 +1,5 @@
 """Rows of the jobs only the local record knows: ``$RAYJOBS_HOME/ledger.jsonl`` and the final copies
-kept under ``runs/<id>/`` (:mod:`rayjobs.submit.ledger`), for jobs the cluster forgot and for every
+kept under ``runs/<id>/`` (:mod:`rayjobs.ledger`), for jobs the cluster forgot and for every
 job while the cluster cannot be reached. Reads; writes nothing.
 """
 
@@ -17,7 +17,7 @@ def _cluster_of(entry: dict[str, Any]) -> str:
 
 
 def record_row(entry: dict[str, Any], cluster: str) -> dict[str, Any]:
-    """A row for a job the cluster does not know, from its local record (``rayjobs.submit.ledger``).
+    """A row for a job the cluster does not know, from its local record (``rayjobs.ledger``).
 
     ``cluster``: the current cluster's :attr:`rayjobs.settings.Target.key`.
     """
@@ -34,7 +34,7 @@ def record_row(entry: dict[str, Any], cluster: str) -> dict[str, Any]:
 def missing_records(known_ids: Iterable[str], cluster: str, sweep: Optional[str] = None) -> list[dict[str, Any]]:
     """Rows of recorded jobs the cluster does not list: those submitted to ``cluster`` (a
     :attr:`rayjobs.settings.Target.key`), or those of ``sweep``, wherever they ran."""
-    from rayjobs.submit import ledger
+    from rayjobs import ledger
 
     known = set(known_ids)
     newest: dict[str, dict[str, Any]] = {}
@@ -54,7 +54,7 @@ def _oldest_first(newest: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------- the cluster is gone
 def kept_row(entry: dict[str, Any]) -> Optional[dict[str, Any]]:
     """The row of a job whose final copy was kept (``source`` "local", ``final`` true), or None."""
-    from rayjobs.submit import ledger
+    from rayjobs import ledger
 
     doc = ledger.kept(str(entry.get("id")))
     if doc is None:
@@ -84,7 +84,7 @@ def local_row(entry: dict[str, Any], seen: dict[str, dict[str, Any]], where: str
 def local_rows(cluster: str, where: str, sweep: Optional[str] = None) -> list[dict[str, Any]]:
     """Rows of every recorded job of ``cluster`` (or of ``sweep``, wherever it ran) from the local
     record alone: what ``rayjobs list`` shows while that cluster cannot be reached."""
-    from rayjobs.submit import ledger
+    from rayjobs import ledger
 
     newest: dict[str, dict[str, Any]] = {}
     for e in ledger.entries():
@@ -100,7 +100,7 @@ def local_rows(cluster: str, where: str, sweep: Optional[str] = None) -> list[di
 
 def as_local_jobs(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """Local rows in the dict form of Ray's job details (for ``plot``), their metadata from the record."""
-    from rayjobs.submit import ledger
+    from rayjobs import ledger
 
     rows = list(rows)
     want = {str(r["id"]) for r in rows}

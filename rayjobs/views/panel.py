@@ -143,7 +143,7 @@ class LiveView:
         head.append(f" {status} ", style=STATUS_STYLE.get(status, "bold") + " reverse")
         head.append(f"  {self.job_id}", style="bold")
         if jm.sweep_overrides:
-            from rayjobs.submit.spec import point_label
+            from rayjobs.contract.ranking import point_label
 
             head.append(f"  {point_label(list(jm.sweep_overrides))}", style="dim")
         if p.attempt:

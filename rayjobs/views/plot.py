@@ -3,7 +3,7 @@
 Data per job: verl's metrics JSONL (``<run_dir>/metrics.<attempt>.jsonl``, attempts merged so a
 resumed attempt replaces the steps it redid) when that dir is readable here, else the step lines
 of the job's log, streamed (constant memory; an ended job's are then kept), else -- the cluster
-gone, the log with it -- the copy the job left in the local record (``rayjobs.submit.ledger``). :func:`collect` returns the data (tests check it;
+gone, the log with it -- the copy the job left in the local record (``rayjobs.ledger``). :func:`collect` returns the data (tests check it;
 ``--json`` prints it); :func:`render` draws it with matplotlib (optional extra ``rayjobs[plot]``).
 """
 
@@ -51,7 +51,7 @@ def history(dash: Any, job: Any) -> tuple[dict[int, dict[str, float]], str]:
 
 def kept_history(job: Any) -> Optional[dict[int, dict[str, float]]]:
     """The metrics kept in the local record for an ended job (None if none were kept)."""
-    from rayjobs.submit import ledger
+    from rayjobs import ledger
 
     jid = str(field(job, "submission_id"))
     if not (status_of(job) in TERMINAL or field(job, "from_record")):

@@ -192,7 +192,7 @@ def log_records(d: "Dashboard", job_id: str, *, tail: Optional[int] = None) -> I
 
 
 def kept_records(row: dict[str, Any], text: str, *, tail: Optional[int] = None) -> Iterator[dict[str, Any]]:
-    """The records of the log's end kept in the local record (``rayjobs.submit.ledger``: the last
+    """The records of the log's end kept in the local record (``rayjobs.ledger``: the last
     200 lines) for ``row``, the job's kept row: its cluster is gone or forgot it. ``job_ended``
     comes last when the row is the job's final state. A step whose attempt line is not in the kept
     end has ``attempt`` null (unless a failure line names it); ``total_steps`` comes from the row.

@@ -84,7 +84,8 @@ def runs(client: Any, ids: Sequence[str]) -> list[tuple[float, float, float, str
 def send_points(c: Any, points: Sequence[Sequence[str]], *, hold_gpus: bool = True) -> tuple[list[str], float]:
     """Compose every point of ``+exp=fake_ppo`` (the stand-in holding its GPUs), then send them together
     as one sweep (one point: one job), in this process: (ids, seconds the send alone took)."""
-    from rayjobs.submit import compose, pipeline
+    from rayjobs.submit import pipeline
+    from rayjobs.config import compose
 
     held = ["+fake.hold_gpus=true"] if hold_gpus else []
     cs = [compose.compose(["+exp=fake_ppo", f"rayjobs.address={c.address}", *held, *p]) for p in points]

@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
 from rayjobs import settings
 from rayjobs.errors import ConfigError, closest, did_you_mean
-from rayjobs.submit import schema
+from rayjobs.config import schema
 
 CONFIG_NAME = "config"
 #: Groups and key prefixes that belong to rayjobs/Hydra, never passed on to verl.

@@ -4,7 +4,7 @@ A 1,000-point sweep of ``trainer.total_epochs`` differs from point to point in o
 ~3500-node tree. A point that only sets plain leaves that nothing reads through an interpolation
 (not ``rayjobs.*``, no new interpolation, no list or mapping) is a :class:`Derived` point: its
 value is checked on a scratch copy of the base (Hydra's own validation and conversion), its plain
-forms are the base's with those leaves replaced (:func:`~rayjobs.submit.configcache.with_leaves`),
+forms are the base's with those leaves replaced (:func:`~rayjobs.config.configcache.with_leaves`),
 and what its JobSpec reads is the base's, read once (:class:`Values`), but for those leaves. Its
 DictConfig is built (as any other point's) only if something asks for ``.cfg``. Every other point
 keeps a full tree of its own.
@@ -16,8 +16,8 @@ import json
 import pickle
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from rayjobs.submit import compose, configcache
-from rayjobs.submit.compose import Composed
+from rayjobs.config import compose, configcache
+from rayjobs.config.compose import Composed
 
 _NO = object()
 
@@ -279,13 +279,13 @@ def values_of(c: Composed) -> Values:
 
 
 def raw_of(c: Composed) -> dict:
-    """``c``'s unresolved plain config (:func:`rayjobs.submit.configcache.raw`)."""
+    """``c``'s unresolved plain config (:func:`rayjobs.config.configcache.raw`)."""
     return c.raw() if isinstance(c, Derived) and is_derived(c) else configcache.raw(c.cfg)
 
 
 def plain_configs(points: Sequence[Composed]) -> list[dict]:
     """The resolved plain configs of a submission's points; the full trees among them resolved once
-    (:func:`rayjobs.submit.configcache.resolve_points`)."""
+    (:func:`rayjobs.config.configcache.resolve_points`)."""
     own = [i for i, c in enumerate(points) if not is_derived(c)]
     out: list[Any] = [None] * len(points)
     for i, d in zip(own, configcache.resolve_points([points[i].cfg for i in own]) if own else []):

@@ -95,15 +95,17 @@ def find(job_id: str) -> Optional[dict[str, Any]]:
 
 
 def lookup(prefix: str) -> list[dict[str, Any]]:
-    """The newest record of every job whose id is ``prefix`` or starts with it (an exact id wins)."""
+    """The newest record of every job whose id is ``prefix`` or starts with it (an exact id wins:
+    :func:`rayjobs.contract.ids.starting`)."""
+    from rayjobs.contract.ids import starting
+
     newest: dict[str, dict[str, Any]] = {}
     for e in entries():
         jid = str(e.get("id") or "")
-        if jid.startswith(prefix):
+        if jid.startswith(prefix):  # (only these kept in memory)
             newest[jid] = e
-    if prefix in newest:
-        return [newest[prefix]]
-    return list(newest.values())
+    named = set(starting(prefix, newest))
+    return [e for jid, e in newest.items() if jid in named]
 
 
 # --------------------------------------------------------------------------- history that outlives the cluster

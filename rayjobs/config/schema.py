@@ -5,15 +5,18 @@ dataclass stored as ``rayjobs_schema`` and listed in ``conf/config.yaml``'s defa
 values of that file and of the presets. So a wrong type (``rayjobs.priority=high``) or an unknown
 key (``rayjobs.prioirty=1``) fails while Hydra composes, in one line, whether preflight is on or
 off; :func:`check_values` adds the ranges a type cannot say (retries >= 0, a non-empty entrypoint,
-a known kind). The defaults themselves live in ``conf/config.yaml`` (with their comments).
+a known kind). The defaults themselves live in ``conf/config.yaml`` (with their comments);
+``rayjobs.halving.*`` is :class:`rayjobs.contract.halving.Halving` (the file restates its defaults,
+tests/test_halving.py holds them equal).
 """
 
 # No ``from __future__ import annotations`` here: OmegaConf reads these annotations as types.
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import dataclass, field, fields, is_dataclass, make_dataclass
 from typing import Any, Dict, List, Optional, Union, get_args, get_origin
 
 import re
 
+from rayjobs.contract.halving import MODES, Halving
 from rayjobs.errors import ConfigError
 
 #: The name the schema is stored under in Hydra's ConfigStore (``conf/config.yaml`` lists it).
@@ -31,18 +34,24 @@ class PrepareConfig:
     source: str = "auto"  #: auto | hub | sample | a directory | a file
 
 
-@dataclass
-class HalvingConfig:
-    """Successive halving of a sweep (``rayjobs.halving.metric`` turns it on): at each rung a point
-    goes on only in the top ``keep`` of the points there so far; the others stop at a checkpoint."""
+def _halving_config() -> type:
+    """``rayjobs.halving.*`` as Hydra types it: :class:`rayjobs.contract.halving.Halving`'s fields and
+    defaults (the one definition: what a sweep's points carry and the queue reads), made editable,
+    its ``metric`` empty (off) and its ``rungs`` a list.
 
-    metric: str = ""  #: a metric verl logs (``val-core/openai/gsm8k/reward/mean@1``); empty: off
-    mode: str = "max"  #: max | min
-    rungs: List[int] = field(default_factory=list)  #: steps, increasing
-    keep: float = 1 / 3  #: the fraction that goes on at a rung
-    #: start the points in a shuffled order, fixed by the sweep's id (false: the sweep's own order).
-    #: A grid lists near-alike points side by side, and a rung's first arrivals go on against few rivals.
-    shuffle: bool = True
+    Successive halving of a sweep (``rayjobs.halving.metric`` turns it on): at each rung a point
+    goes on only in the top ``keep`` of the points there so far; the others stop at a checkpoint.
+    """
+    own = {f.name: f.default for f in fields(Halving)}
+    as_hydra = {"metric": (str, field(default="")), "rungs": (List[int], field(default_factory=list))}
+    order = ["metric", "mode", "rungs", *(n for n in own if n not in ("metric", "mode", "rungs"))]  # as resolved before
+    cls = make_dataclass("HalvingConfig", [(name, *as_hydra.get(name, (type(own[name]), field(default=own[name]))))
+                                           for name in order])
+    cls.__module__, cls.__doc__ = __name__, _halving_config.__doc__
+    return cls
+
+
+HalvingConfig = _halving_config()
 
 
 @dataclass
@@ -172,7 +181,7 @@ def check_halving(h: Any) -> None:
             raise ConfigError("rayjobs.halving.rungs is set but rayjobs.halving.metric is not: name the metric the "
                               "points are ranked by, e.g. rayjobs.halving.metric=val-core/openai/gsm8k/reward/mean@1")
         return
-    if str(h.mode) not in ("max", "min"):
+    if str(h.mode) not in MODES:
         raise ConfigError(f"rayjobs.halving.mode={h.mode!r}: must be max (higher is better) or min")
     if not rungs or any(r <= 0 for r in rungs) or rungs != sorted(set(rungs)):
         raise ConfigError(f"rayjobs.halving.rungs={rungs}: give the steps to compare at, increasing and positive, "

@@ -152,7 +152,7 @@ def resolve_points(cfgs: Sequence[Any]) -> list[dict]:
     point's resolved tree with those leaves replaced; any other point is resolved in full.
     A config resolved before (preflight, then the dry-run report) is not resolved again.
     """
-    from rayjobs.submit import compose
+    from rayjobs.config import compose
 
     out: list[dict] = []
     refs: Optional[tuple[set[str], set[str]]] = None
