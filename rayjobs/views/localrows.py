@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Optional
 
-from rayjobs.contract.status import TERMINAL
+from rayjobs.contract.status import TERMINAL, Status
 from rayjobs.errors import JobNotFound, did_you_mean
 from rayjobs.views.jobrows import base_row
 
@@ -22,7 +22,7 @@ def record_row(entry: dict[str, Any], cluster: str) -> dict[str, Any]:
     ``cluster``: the current cluster's :attr:`rayjobs.settings.Target.key`.
     """
     m = {str(k): str(v) for k, v in (entry.get("metadata") or {}).items()}
-    row = base_row({"submission_id": entry.get("id"), "status": "UNKNOWN", "metadata": m})
+    row = base_row({"submission_id": entry.get("id"), "status": Status.UNKNOWN, "metadata": m})
     same = _cluster_of(entry) == cluster
     where = "the embedded local cluster" if _cluster_of(entry) == "embedded" else entry.get("address")
     row.update({"attempt": None, "source": "record",
@@ -71,11 +71,11 @@ def local_row(entry: dict[str, Any], seen: dict[str, dict[str, Any]], where: str
     if row is not None:
         return row
     m = {str(k): str(v) for k, v in (entry.get("metadata") or {}).items()}
-    row = base_row({"submission_id": entry.get("id"), "status": "QUEUED", "metadata": m})
+    row = base_row({"submission_id": entry.get("id"), "status": Status.QUEUED, "metadata": m})
     last = seen.get(str(entry.get("id"))) or {}
     row.update({k: last[k] for k in last if k in row and last[k] is not None})
     row.update(source="local", final=row["status"] in TERMINAL, seen_at=last.get("seen_at"),
-               attempt=row.get("attempt") or (0 if row["status"] == "QUEUED" else 1))
+               attempt=row.get("attempt") or (0 if row["status"] == Status.QUEUED else 1))
     when = f"last seen {row['status']} at {last['seen_at']}" if last else f"submitted to {where}, never seen since"
     row["message"] = when + ("" if row["final"] else f"; {where} is gone or unreachable, so where it stands now is unknown")
     return row
