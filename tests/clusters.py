@@ -175,6 +175,14 @@ class FakeGpuCluster:
             raise RuntimeError(f"the queue did not start: {r.stderr[-2000:]}")
         return json.loads(r.stdout.strip().splitlines()[-1])
 
+    def answers(self) -> bool:
+        """Its dashboard answers (one bounded request)."""
+        try:
+            with urllib.request.urlopen(self.address + "/api/version", timeout=5) as r:
+                return r.status == 200
+        except OSError:
+            return False
+
     def _jobs_ready(self) -> bool:
         """The Jobs API answers and the autoscaler's view (``/api/cluster_status``, which lags a
         joining node by seconds; preflight reads it) lists every node."""
@@ -283,12 +291,14 @@ class Clusters:
         self._n = 0
 
     def get(self, nodes: Sequence[tuple[int, int]] = ((2, 6),), env: Optional[dict[str, str]] = None, *,
-            fresh: bool = False, start: bool = True, common: bool = False) -> FakeGpuCluster:
+            fresh: bool = False, start: bool = True, common: bool = False, own: str = "") -> FakeGpuCluster:
         """A cluster of ``nodes`` with the head settings ``env``: the session's shared one (settled:
         nothing of an earlier test waits or runs), or a ``fresh`` one this call starts (the fixture
         stops it; ``start`` False leaves that to the test). ``common``: many files share it, kept
-        past the end of the file that asked."""
-        key = (tuple(map(tuple, nodes)), tuple(sorted((env or {}).items())))
+        past the end of the file that asked. ``own``: a shared one of that name, apart from the
+        others of its shape and settings (the tests of one file that restart or crash its head:
+        one start for them all, not one each; a head left down is started again)."""
+        key = (tuple(map(tuple, nodes)), tuple(sorted((env or {}).items())), own)
         if not fresh:
             self.users.setdefault(key, set()).add(_current_file())
             if common:
@@ -296,6 +306,9 @@ class Clusters:
         if not fresh and key in self.shared:
             c = self.shared.pop(key)
             self.shared[key] = c  # the most recently used last
+            if own and not c.answers():  # a test before left its head down (it failed midway)
+                c.stop(hard=True)
+                c.start()
             c.settle()
             return c
         self._n += 1
