@@ -173,10 +173,6 @@ def test_resume_continues_a_stopped_job_from_its_checkpoint(cluster, workdir):
     at = v["checkpoint_step"]
     assert v["status"] == "STOPPED" and at is not None and at >= int(m.group(1) or m.group(2)) and at % 3 == 0, (v, m[0])
     assert at < total, at  # stopped before its end: there is something to resume
-
-    def own(row: dict[str, Any]) -> tuple[Any, ...]:
-        return row["status"], row["attempt"], row["step"], row["score"], row["checkpoint_step"]
-
     before = cli_json(cluster, "status", sid)
     assert before["status"] == "STOPPED" and before["attempt"] == 1 and before["step"] == last, before
     assert before["score"] == pytest.approx(0.1 + 0.8 * last / total) and before["checkpoint_step"] is not None, before
@@ -200,6 +196,15 @@ def test_resume_continues_a_stopped_job_from_its_checkpoint(cluster, workdir):
     assert not [v for v in cluster.queue().jobs() if v["submission_id"].startswith(new + "-r")]
     assert not [j for j in cluster.client().list_jobs() if (j.submission_id or "").startswith(new + "-r")]
 
+    _rows_stay_their_own(cluster, sid, new, before, total)
+
+
+def _own(row: dict[str, Any]) -> tuple[Any, ...]:
+    return row["status"], row["attempt"], row["step"], row["score"], row["checkpoint_step"]
+
+
+def _rows_stay_their_own(cluster: FakeGpuCluster, sid: str, new: str, before: dict[str, Any], total: int) -> None:
+    """The resume ``new`` of ``sid`` ran the same run; ``sid``'s row is still ``before``."""
     run_dir = Path(view(cluster, sid)["metadata"]["run_dir"])  # one run: the resume's metrics are beside its own
     assert view(cluster, new)["metadata"]["run_dir"] == str(run_dir)
     assert {"metrics.1.jsonl", "metrics.2.jsonl"} <= {f.name for f in run_dir.glob("metrics.*.jsonl")}, run_dir
@@ -208,9 +213,9 @@ def test_resume_continues_a_stopped_job_from_its_checkpoint(cluster, workdir):
     assert resumed["score"] == pytest.approx(0.1 + 0.8) and resumed["resumed_from"] == sid, resumed
 
     listed = {row["id"]: row for row in cli_json(cluster, "list")}
-    assert own(listed[new])[:3] == ("SUCCEEDED", 2, total), listed[new]
-    assert own(listed[sid]) == own(before), (listed[sid], before)
-    assert own(cli_json(cluster, "status", sid)) == own(before)
+    assert _own(listed[new])[:3] == ("SUCCEEDED", 2, total), listed[new]
+    assert _own(listed[sid]) == _own(before), (listed[sid], before)
+    assert _own(cli_json(cluster, "status", sid)) == _own(before)
 
 
 # --------------------------------------------------------------------------- the watch on its own
