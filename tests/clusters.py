@@ -146,8 +146,7 @@ class FakeGpuCluster:
             env = dict(self.env)
             if i > 0:  # =0 keeps the head on 127.0.0.1, but a worker node refuses to join with it
                 env.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
-            out = subprocess.run(self._node_cmd(i, gpus, cpus), env=env, capture_output=True, text=True,
-                                 timeout=timeout)
+            out = self._start_node(i, gpus, cpus, env, timeout)
             if out.returncode != 0:
                 self.stop(hard=True)
                 raise RuntimeError(f"ray start (node {i}) failed: {out.stderr[-2000:]}")
@@ -166,6 +165,18 @@ class FakeGpuCluster:
         if queue:
             self.start_queue()
         return self
+
+    def _start_node(self, i: int, gpus: int, cpus: int, env: dict[str, str], timeout: float) -> Any:
+        """``ray start`` of node ``i``; once more if its raylet missed Ray's fixed 30-s window to
+        register with the GCS (seen at a load average of 30 on 2 cores), after stopping what that
+        try started: only the processes naming the node's temp dir (what a test left of the
+        cluster before, e.g. a crashed session's orphans, stays as the test made it)."""
+        out = subprocess.run(self._node_cmd(i, gpus, cpus), env=env, capture_output=True, text=True, timeout=timeout)
+        if out.returncode != 0 and "timed out during startup" in out.stderr:
+            headprocs.terminate(lambda: headprocs.pids_naming(str(self.root / f"ray{i}")), 10.0, poll=0.2)
+            out = subprocess.run(self._node_cmd(i, gpus, cpus), env=env, capture_output=True, text=True,
+                                 timeout=timeout)
+        return out
 
     def start_queue(self, timeout: float = 120.0) -> dict[str, Any]:
         """``python3 -m rayjobs.door.host start`` against this cluster (what the node script runs)."""
