@@ -146,8 +146,7 @@ class FakeGpuCluster:
             env = dict(self.env)
             if i > 0:  # =0 keeps the head on 127.0.0.1, but a worker node refuses to join with it
                 env.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
-            out = subprocess.run(self._node_cmd(i, gpus, cpus), env=env, capture_output=True, text=True,
-                                 timeout=timeout)
+            out = self._start_node(i, gpus, cpus, env, timeout)
             if out.returncode != 0:
                 self.stop(hard=True)
                 raise RuntimeError(f"ray start (node {i}) failed: {out.stderr[-2000:]}")
@@ -167,6 +166,18 @@ class FakeGpuCluster:
             self.start_queue()
         return self
 
+    def _start_node(self, i: int, gpus: int, cpus: int, env: dict[str, str], timeout: float) -> Any:
+        """``ray start`` of node ``i``; once more if its raylet missed Ray's fixed 30-s window to
+        register with the GCS (seen at a load average of 30 on 2 cores), after stopping what that
+        try started: only the processes naming the node's temp dir (what a test left of the
+        cluster before, e.g. a crashed session's orphans, stays as the test made it)."""
+        out = subprocess.run(self._node_cmd(i, gpus, cpus), env=env, capture_output=True, text=True, timeout=timeout)
+        if out.returncode != 0 and "timed out during startup" in out.stderr:
+            headprocs.terminate(lambda: headprocs.pids_naming(str(self.root / f"ray{i}")), 10.0, poll=0.2)
+            out = subprocess.run(self._node_cmd(i, gpus, cpus), env=env, capture_output=True, text=True,
+                                 timeout=timeout)
+        return out
+
     def start_queue(self, timeout: float = 120.0) -> dict[str, Any]:
         """``python3 -m rayjobs.door.host start`` against this cluster (what the node script runs)."""
         r = subprocess.run([sys.executable, "-m", "rayjobs.door.host", "start"],
@@ -174,6 +185,14 @@ class FakeGpuCluster:
         if r.returncode != 0:
             raise RuntimeError(f"the queue did not start: {r.stderr[-2000:]}")
         return json.loads(r.stdout.strip().splitlines()[-1])
+
+    def answers(self) -> bool:
+        """Its dashboard answers (one bounded request)."""
+        try:
+            with urllib.request.urlopen(self.address + "/api/version", timeout=5) as r:
+                return r.status == 200
+        except OSError:
+            return False
 
     def _jobs_ready(self) -> bool:
         """The Jobs API answers and the autoscaler's view (``/api/cluster_status``, which lags a
@@ -283,12 +302,14 @@ class Clusters:
         self._n = 0
 
     def get(self, nodes: Sequence[tuple[int, int]] = ((2, 6),), env: Optional[dict[str, str]] = None, *,
-            fresh: bool = False, start: bool = True, common: bool = False) -> FakeGpuCluster:
+            fresh: bool = False, start: bool = True, common: bool = False, own: str = "") -> FakeGpuCluster:
         """A cluster of ``nodes`` with the head settings ``env``: the session's shared one (settled:
         nothing of an earlier test waits or runs), or a ``fresh`` one this call starts (the fixture
         stops it; ``start`` False leaves that to the test). ``common``: many files share it, kept
-        past the end of the file that asked."""
-        key = (tuple(map(tuple, nodes)), tuple(sorted((env or {}).items())))
+        past the end of the file that asked. ``own``: a shared one of that name, apart from the
+        others of its shape and settings (the tests of one file that restart or crash its head:
+        one start for them all, not one each; a head left down is started again)."""
+        key = (tuple(map(tuple, nodes)), tuple(sorted((env or {}).items())), own)
         if not fresh:
             self.users.setdefault(key, set()).add(_current_file())
             if common:
@@ -296,6 +317,9 @@ class Clusters:
         if not fresh and key in self.shared:
             c = self.shared.pop(key)
             self.shared[key] = c  # the most recently used last
+            if own and not c.answers():  # a test before left its head down (it failed midway)
+                c.stop(hard=True)
+                c.start()
             c.settle()
             return c
         self._n += 1

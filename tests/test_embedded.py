@@ -6,8 +6,9 @@ session or command line, stays a descendant of it -- so a start right after it g
 runs jobs; and a start whose dashboard agent cannot listen fails with one line (exit 2) instead
 of leaving a head that refuses every job.
 
-A stop, a start and a submit, three times in a row, each succeed: the laptop never takes the queue
-(or the API file) of the Ray session before for the new head's.
+Three heads in a row in one home (a stop, a start and a submit each) all run their jobs: the laptop
+never takes the queue (or the API file) of the Ray session before for the new head's, and the
+home's queue store outlives its heads. (One test: each head start is ~20 s of a loaded machine.)
 """
 
 from __future__ import annotations
@@ -125,17 +126,41 @@ def _wait_running(client: Any, job_id: str, timeout: float = 60) -> None:
         time.sleep(0.2)
 
 
-@pytest.mark.cluster
-def test_stop_leaves_no_process_and_a_start_at_once_runs_jobs(home, workdir):
-    env = {"RAYJOBS_HOME": str(home)}
+def _submitted(workdir: Path, env: dict[str, str], k: int) -> str:
+    """A rayjobs job (recorded in this home's ledger) sent to the head running now: its one id."""
+    sub = rayjobs_submit("+exp=fake_ppo", "+fake.steps=1", f"trainer.total_epochs={k + 1}", cwd=workdir, env=env)
+    assert sub.returncode == 0, (k, sub.stderr[-3000:])
+    assert len(sub.stdout.split()) == 1, sub.stdout
+    return sub.stdout.strip()
+
+
+def _new_sessions_queue(home: Path, sessions: list[str], k: int) -> Any:
+    """The queue API the laptop finds for the head running now: that head's, in a Ray session none
+    of the heads before had (it once took the session before's queue file: "the jobs were queued
+    on the cluster, but its queue has not shown 1 of them within 30 s")."""
+    d = Dashboard(embedded.target(_record(home)))
+    q = d.queue
+    session = str(d.version()["session_name"])
+    assert q.health().session == session, (k, q.health(), session)  # the new head's queue, not the old one
+    assert session not in sessions, (k, session, sessions)
+    sessions.append(session)
+    return q
+
+
+def _ended(q: Any, job: str, k: int) -> None:
+    got = wait_until(lambda: (v := q.job(job)) is not None and v["state"] == "done" and v, 120,
+                     f"head {k + 1}'s job to end", every=0.3)
+    assert got["status"] == "SUCCEEDED", (k, got)
+
+
+def _stop_leaves_no_process(home: Path, env: dict[str, str], workdir: Path, sessions: list[str]) -> str:
+    """The first head, under a subreaper, with a job running: its stop leaves none of its processes.
+    Returns the id of the rayjobs job it ran (SUCCEEDED in this home's queue store)."""
     head = Started(home)
     try:
         rc, out, err = head.result()
         assert rc == 0, err
-        # a rayjobs job (recorded in this home's ledger) that the next head will not know
-        sub = rayjobs_submit("+exp=fake_ppo", "+fake.steps=1", cwd=workdir, env=env)
-        assert sub.returncode == 0, sub.stderr
-        old_id = sub.stdout.strip()
+        old_id = _submitted(workdir, env, 0)
         rec = _record(home)
         assert out.strip() == rec["dashboard"]
         client = Dashboard(embedded.target(rec)).sdk
@@ -147,6 +172,7 @@ def test_stop_leaves_no_process_and_a_start_at_once_runs_jobs(home, workdir):
         while not any(MARK in _cmdline(p) for p in head.pids()):
             assert time.monotonic() < deadline, "the job's driver never showed up"
             time.sleep(0.2)
+        _ended(_new_sessions_queue(home, sessions, 0), old_id, 0)
         before = head.pids()
         names = " | ".join(_cmdline(p) for p in before)
         # What outlived the old stop by ~70 s (none of them names the temp dir) is among them.
@@ -163,11 +189,20 @@ def test_stop_leaves_no_process_and_a_start_at_once_runs_jobs(home, workdir):
         assert not (home / "local" / "head.json").exists()
     finally:
         head.close()
+    return old_id
 
-    # at once; on an empty storage root: a replaced head machine whose queue has never seen the
-    # old job (with the same storage root, the queue's history keeps it: tests/test_backlog.py)
+
+@pytest.mark.cluster
+def test_stop_leaves_no_process_and_each_start_after_it_runs_jobs(home, workdir, monkeypatch):
+    env = {"RAYJOBS_HOME": str(home)}
+    sessions: list[str] = []
+    old_id = _stop_leaves_no_process(home, env, workdir, sessions)
+
+    # Head 2, at once; on an empty storage root: a replaced head machine whose queue has never seen
+    # the old job (with the same storage root, the queue's history keeps it: head 3 below)
     r = rayjobs_cli("local", "start", env=dict(env, RAYJOBS_STORAGE=str(home / "storage-of-a-new-machine")))
     assert r.returncode == 0, r.stderr
+    _new_sessions_queue(home, sessions, 1)
     client = Dashboard(embedded.target(_record(home))).sdk
     job = client.submit_job(entrypoint="python3 -c \"print('second head ok')\"")
     assert wait_terminal(client, job, timeout=60) == "SUCCEEDED", client.get_job_logs(job)
@@ -181,6 +216,32 @@ def test_stop_leaves_no_process_and_a_start_at_once_runs_jobs(home, workdir):
     listed = {r["id"]: r for r in json.loads(rayjobs_cli("list", "--json", env=env).stdout)}
     assert listed[old_id]["status"] == "UNKNOWN" and listed[old_id]["source"] == "record"
     assert "UNKNOWN (record)" in rayjobs_cli("list", env=env).stdout
+
+    # Head 3: a stop and a start of a head with a Ray session before it, on the home's own storage.
+    stop = rayjobs_cli("local", "stop", env=env, timeout=60)
+    assert stop.returncode == 0, stop.stderr
+    start = rayjobs_cli("local", "start", env=env)
+    assert start.returncode == 0, start.stderr
+    job = _submitted(workdir, env, 2)
+    q = _new_sessions_queue(home, sessions, 2)
+    _ended(q, job, 2)
+    st = rayjobs_cli("status", job, "--json", env=env)
+    assert st.returncode == 0 and json.loads(st.stdout)["status"] == "SUCCEEDED", (st.stdout, st.stderr)
+    # Its queue's store is named by the id this home keeps (issue 45 item 10), the same across the
+    # restarts: the first head's job is still in it; the record names the head's Ray session.
+    rec, name = _record(home), (home / "local" / "cluster_id").read_text().strip()
+    assert (rec["session"], rec["queue"]) == (sessions[-1], name), rec
+    assert q.health().store == str(home / "storage" / "queue" / name)
+    assert q.job(old_id)["status"] == "SUCCEEDED"
+    # A record whose head is not the one answering at its address (another network namespace's
+    # 127.0.0.1, say) is not taken for it.
+    monkeypatch.setenv("RAYJOBS_HOME", str(home))
+    assert embedded.running()["session"] == sessions[-1]
+    (home / "local" / "head.json").write_text(json.dumps(dict(rec, session="session_of_another_head")))
+    try:
+        assert embedded.running() is None
+    finally:
+        (home / "local" / "head.json").write_text(json.dumps(rec))
 
 
 @pytest.mark.cluster
@@ -210,51 +271,6 @@ def test_a_start_whose_agent_cannot_listen_fails_in_one_line(home):
         assert not (home / "local" / "head.json").exists()
     finally:
         head.close()
-
-
-@pytest.mark.cluster
-def test_stop_start_submit_twice_in_a_row_each_succeed(home, workdir, monkeypatch):
-    # It once failed on the second round: "the jobs were queued on the cluster, but its queue has not
-    # shown 1 of them within 30 s", the previous Ray session's queue file taken for the live queue.
-    env = {"RAYJOBS_HOME": str(home)}
-    sessions: list[str] = []
-    jobs: list[str] = []
-    for k in range(2):
-        stop = rayjobs_cli("local", "stop", env=env, timeout=60)
-        assert stop.returncode == 0, (k, stop.stderr)
-        start = rayjobs_cli("local", "start", env=env)
-        assert start.returncode == 0, (k, start.stderr)
-        sub = rayjobs_submit("+exp=fake_ppo", "+fake.steps=1", f"trainer.total_epochs={k + 1}", cwd=workdir, env=env)
-        assert sub.returncode == 0, (k, sub.stderr[-3000:])
-        job = sub.stdout.strip()
-        assert len(job.split()) == 1, sub.stdout
-        d = Dashboard(embedded.target(_record(home)))
-        q = d.queue
-        session = str(d.version()["session_name"])
-        assert q.health().session == session, (k, q.health(), session)  # the new head's queue, not the old one
-        assert session not in sessions, (k, session, sessions)
-        sessions.append(session)
-        got = wait_until(lambda: (v := q.job(job)) is not None and v["state"] == "done" and v, 120,
-                         f"round {k + 1}'s job to end", every=0.3)
-        assert got["status"] == "SUCCEEDED", (k, got, d.sdk.get_job_logs(job)[-2000:])
-        st = rayjobs_cli("status", job, "--json", env=env)
-        assert st.returncode == 0 and json.loads(st.stdout)["status"] == "SUCCEEDED", (k, st.stdout, st.stderr)
-        jobs.append(job)
-    # Its queue's store is named by the id this home keeps (issue 45 item 10), the same across the
-    # restarts: the first round's job is still in it; the record names the head's Ray session.
-    rec, name = _record(home), (home / "local" / "cluster_id").read_text().strip()
-    assert (rec["session"], rec["queue"]) == (sessions[-1], name), rec
-    assert q.health().store == str(home / "storage" / "queue" / name)
-    assert q.job(jobs[0])["status"] == "SUCCEEDED"
-    # A record whose head is not the one answering at its address (another network namespace's
-    # 127.0.0.1, say) is not taken for it.
-    monkeypatch.setenv("RAYJOBS_HOME", str(home))
-    assert embedded.running()["session"] == sessions[-1]
-    (home / "local" / "head.json").write_text(json.dumps(dict(rec, session="session_of_another_head")))
-    try:
-        assert embedded.running() is None
-    finally:
-        (home / "local" / "head.json").write_text(json.dumps(rec))
 
 
 # --------------------------------------------------------------------------- finding the queue (no Ray)

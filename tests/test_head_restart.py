@@ -1,7 +1,9 @@
 """The queue through a restart or a crash of the head's Ray (fake GPUs, clusters of the tests' own):
 it keeps its backlog and resumes the running job; the old session's runners never act in the new
-one; a finished job outlives Ray's job table. Each test has a head of its own (a fresh one, or one
-with its own settings), so this file is a unit of its own for the test processes (tests/units.py)."""
+one; a finished job outlives Ray's job table. The tests that restart or crash the head share one
+cluster of this file's own (``restartable``: started once, not once a test; each test leaves it
+restarted and running, and the factory starts it again if one left it down); the retention test has
+a head with its own settings. This file is a unit of its own for the test processes (tests/units.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,9 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from conftest import (FakeGpuCluster, admitted_time, cli_json, cli_on, log_of, log_so_far, send_on, standby_in_ray,
                       view, wait_done, waiting_line, wait_until)
@@ -20,8 +25,34 @@ from conftest import (FakeGpuCluster, admitted_time, cli_json, cli_on, log_of, l
 WHOLE = ("trainer.nnodes=1", "trainer.n_gpus_per_node=2")
 
 
-def test_head_restart_keeps_the_queue_and_resumes_the_running_job(fresh_clusters, workdir):
-    c = fresh_clusters.get(((2, 6),), fresh=True)
+def test_finished_jobs_outlive_rays_job_table(fresh_clusters, workdir):
+    """With a retention of 0 s the queue deletes a finished job from Ray's table at once; `rayjobs
+    list`, `status` and `logs` still show it, from the queue's history. (Its head's settings are its
+    own: fresh, so it is stopped once the test ends, not kept idle beside the shared one.)"""
+    c = fresh_clusters.get(((2, 6),), env={"RAYJOBS_RETENTION_S": "0", "RAYJOBS_PRUNE_EVERY_S": "1"}, fresh=True)
+    sid = send_on(c, *WHOLE, "+fake.steps=3")
+    assert wait_done(c, sid, timeout=120) == "SUCCEEDED", (view(c, sid), log_so_far(c, sid)[-2000:])
+    wait_until(lambda: sid not in {j.submission_id for j in c.client().list_jobs()}, 60, "Ray to forget the job")
+    wait_until(lambda: view(c, sid)["pruned"], 30, "the queue's record to say Ray pruned it")  # marked once the prune returns
+    rows = {r["id"]: r for r in cli_json(c, "list")}
+    assert rows[sid]["status"] == "SUCCEEDED" and rows[sid]["step"] == 3 and rows[sid]["score"] > 0.8, rows.get(sid)
+    st = cli_on(c, "status", sid[:-1], "--json")
+    assert st.returncode == 0 and json.loads(st.stdout)["status"] == "SUCCEEDED", st.stderr
+    logs = cli_on(c, "logs", sid)
+    assert logs.returncode == 0 and "step:3 - " in logs.stdout, logs.stderr
+    t = cli_on(c, "tail", sid)
+    assert t.returncode == 0 and "step:3 - " in t.stdout and "from the queue's history" in t.stderr
+
+
+@pytest.fixture
+def restartable(clusters: Any) -> FakeGpuCluster:
+    """The 1-node cluster (2 fake GPUs) the head-restart tests of this file share, settled: nothing
+    of a test before waits or runs. A test stops, crashes and starts its head as it needs."""
+    return clusters.get(((2, 6),), own="head_restart")
+
+
+def test_head_restart_keeps_the_queue_and_resumes_the_running_job(restartable, workdir):
+    c = restartable
     one = ("trainer.nnodes=1", "trainer.n_gpus_per_node=1", "+fake.hold_gpus=true")
     ckpt = ["trainer.save_freq=2", "+fake.step_s=1.5", "rayjobs.max_retries=1"]
     running = send_on(c, *one, "+fake.steps=20", *ckpt)  # (30 s: still training when the head goes)
@@ -73,14 +104,14 @@ def runners_of(sid: str) -> list[int]:
     return found
 
 
-def test_a_crashed_heads_runners_never_act_in_the_new_session(fresh_clusters, workdir):
+def test_a_crashed_heads_runners_never_act_in_the_new_session(restartable, workdir):
     """The head's Ray killed hard (its own processes by PID, as restart_head on the GPU machine
     does): the old session's job runners live on. The held runner of the pre-started job must not
     take its job's next admission (seen on the H200: two trainers for one GPU, the second failed
     'Total available GPUs 0'), and the running job's runner must not retry outside any Ray job."""
     from rayjobs.client import headprocs
 
-    c = fresh_clusters.get(((2, 6),), fresh=True)
+    c = restartable
     ckpt = ["trainer.save_freq=2", "+fake.step_s=1.0", "rayjobs.max_retries=2", "+fake.hold_gpus=true"]
     running = send_on(c, *WHOLE, "+fake.steps=20", *ckpt)  # (20 s: still training when the head dies, under load)
     queued = send_on(c, *WHOLE, "+fake.steps=2", "+fake.hold_gpus=true")
@@ -130,32 +161,14 @@ def _run_dir(c: FakeGpuCluster, sid: str) -> Path:
     return Path(ln.split("metrics: ", 1)[1].rstrip(")")).parent
 
 
-def test_finished_jobs_outlive_rays_job_table(clusters, workdir):
-    """With a retention of 0 s the queue deletes a finished job from Ray's table at once; `rayjobs
-    list`, `status` and `logs` still show it, from the queue's history."""
-    c = clusters.get(((2, 6),), env={"RAYJOBS_RETENTION_S": "0", "RAYJOBS_PRUNE_EVERY_S": "1"})
-    sid = send_on(c, *WHOLE, "+fake.steps=3")
-    assert wait_done(c, sid, timeout=120) == "SUCCEEDED", (view(c, sid), log_so_far(c, sid)[-2000:])
-    wait_until(lambda: sid not in {j.submission_id for j in c.client().list_jobs()}, 60, "Ray to forget the job")
-    wait_until(lambda: view(c, sid)["pruned"], 30, "the queue's record to say Ray pruned it")  # marked once the prune returns
-    rows = {r["id"]: r for r in cli_json(c, "list")}
-    assert rows[sid]["status"] == "SUCCEEDED" and rows[sid]["step"] == 3 and rows[sid]["score"] > 0.8, rows.get(sid)
-    st = cli_on(c, "status", sid[:-1], "--json")
-    assert st.returncode == 0 and json.loads(st.stdout)["status"] == "SUCCEEDED", st.stderr
-    logs = cli_on(c, "logs", sid)
-    assert logs.returncode == 0 and "step:3 - " in logs.stdout, logs.stderr
-    t = cli_on(c, "tail", sid)
-    assert t.returncode == 0 and "step:3 - " in t.stdout and "from the queue's history" in t.stderr
-
-
-def test_an_ended_jobs_log_is_shown_after_a_restart_of_the_heads_ray(fresh_clusters, workdir):
+def test_an_ended_jobs_log_is_shown_after_a_restart_of_the_heads_ray(restartable, workdir):
     """Jobs that ended before the head's Ray restarted: Ray serves only the new session's logs, and
     this laptop kept nothing of them. `logs`/`tail` show the whole log (its file is readable here)
     and, once that is gone too, the end its runner kept on the storage root, saying where the whole
     log stays; `status` of the FAILED one keeps its failures and error (issue 45 item 1)."""
     from rayjobs import ledger
 
-    c = fresh_clusters.get(((2, 6),), fresh=True)
+    c = restartable
     ok = send_on(c, *WHOLE, "+fake.steps=3")
     bad = send_on(c, *WHOLE, "+fake.config_error=true")
     assert (wait_done(c, ok, timeout=120), wait_done(c, bad, timeout=120)) == ("SUCCEEDED", "FAILED")

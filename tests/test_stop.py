@@ -102,72 +102,55 @@ def test_stop_at_checkpoint_gives_up_after_its_timeout(cluster, workdir):
 
 
 def test_stop_refuses_bad_input_with_one_line_and_stops_nothing(cluster, workdir):
-    sid = submit(cluster, "trainer.save_freq=-1", "+fake.steps=400", "+fake.step_s=0.4")
-    wait_until(lambda: steps(log(cluster, sid)), 120, "the first steps")
-    for args, says in [((sid, "--timeout", "5"), "--timeout only goes with --at-checkpoint"),
-                       ((sid, "--at-checkpoint", "--timeout", "0"), "--timeout 0: give a number of seconds > 0"),
-                       ((sid, "--at-checkpoint"), f"{sid} saves no checkpoints (trainer.save_freq=-1)")]:
-        r = stop(cluster, *args)
-        assert r.returncode == 2 and says in r.stderr and len(r.stderr.strip().splitlines()) == 1, (args, r.stderr)
-        assert not r.stdout
-    plain = cluster.client().submit_job(entrypoint="python3 -c 'import time; time.sleep(300)'")
-    wait_until(lambda: ray_status(cluster, plain) == "RUNNING", 60, "a plain Ray job to run")
-    r = stop(cluster, plain, "--at-checkpoint")
-    assert r.returncode == 2 and "has no checkpoint dir rayjobs knows" in r.stderr, r.stderr
-    assert view(cluster, sid)["status"] == "RUNNING" and ray_status(cluster, sid) == "RUNNING"  # nothing was stopped
-    assert ray_status(cluster, plain) == "RUNNING"
-    for i in (sid, plain):
-        r = stop(cluster, i)
-        assert r.returncode == 0 and r.stdout.strip() == f"{i} STOPPED", (i, r.stdout, r.stderr)
+    # One job that saves no checkpoints serves every refusal of stop and resume, and the stop by a
+    # prefix of its id while a plain `ray.init()` program is connected (a notebook, a benchmark's
+    # probe): Ray lists that one as a job without a submission id, and naming jobs by id or prefix
+    # must not trip over it (it crashed with a TypeError sorting None with the ids).
+    code = f"import ray, time; ray.init(address='{cluster.gcs}'); print('up', flush=True); time.sleep(600)"
+    driver = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                              text=True, env=cluster.env)
+    try:
+        sid = submit(cluster, "trainer.save_freq=-1", "+fake.steps=400", "+fake.step_s=0.4")
+        plain = cluster.client().submit_job(entrypoint="python3 -c 'import time; time.sleep(300)'")
+        assert driver.stdout.readline().strip() == "up"
+        wait_until(lambda: any(j.submission_id is None and str(j.status) == "RUNNING"
+                               for j in cluster.client().list_jobs()), 60, "Ray to list the plain driver")
+        wait_until(lambda: steps(log(cluster, sid)), 120, "the first steps")
+        for args, says in [((sid, "--timeout", "5"), "--timeout only goes with --at-checkpoint"),
+                           ((sid, "--at-checkpoint", "--timeout", "0"), "--timeout 0: give a number of seconds > 0"),
+                           ((sid, "--at-checkpoint"), f"{sid} saves no checkpoints (trainer.save_freq=-1)")]:
+            r = stop(cluster, *args)
+            assert r.returncode == 2 and says in r.stderr and len(r.stderr.strip().splitlines()) == 1, (args, r.stderr)
+            assert not r.stdout
+        wait_until(lambda: ray_status(cluster, plain) == "RUNNING", 60, "a plain Ray job to run")
+        r = stop(cluster, plain, "--at-checkpoint")
+        assert r.returncode == 2 and "has no checkpoint dir rayjobs knows" in r.stderr, r.stderr
+        r = cli_on(cluster, "resume", sid)
+        assert r.returncode == 2 and "only a stopped or failed job can be resumed" in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert view(cluster, sid)["status"] == "RUNNING" and ray_status(cluster, sid) == "RUNNING"  # nothing was stopped
+        assert ray_status(cluster, plain) == "RUNNING"
+        r = stop(cluster, plain)
+        assert r.returncode == 0 and r.stdout.strip() == f"{plain} STOPPED", (plain, r.stdout, r.stderr)
+        r = stop(cluster, sid[:-1])  # by a prefix of its id, the plain driver still connected
+        assert r.returncode == 0 and r.stdout.strip() == f"{sid} STOPPED", (r.stdout, r.stderr)
+        r = stop(cluster, "no-such-job-xyz")
+        assert r.returncode == 2 and "no job matches 'no-such-job-xyz'" in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    finally:
+        driver.terminate()
+        driver.wait(timeout=30)
     assert wait_done(cluster, sid) == "STOPPED"
     wait_until(lambda: ray_status(cluster, plain) == "STOPPED", 60, "the plain Ray job to be stopped")
+    r = cli_on(cluster, "resume", sid)
+    assert r.returncode == 2 and "saved no checkpoint to resume from" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    # nothing queued: neither the queue nor Ray has a resume of it
+    assert not [v for v in cluster.queue().jobs() if v["submission_id"].startswith(sid + "-r")]
+    assert not [j for j in cluster.client().list_jobs() if (j.submission_id or "").startswith(sid + "-r")]
 
 
 def test_resume_continues_a_stopped_job_from_its_checkpoint(cluster, workdir):
-    sid = submit(cluster, "trainer.save_freq=3", "+fake.steps=40", "+fake.step_s=0.6")
-    wait_until(lambda: saved(log(cluster, sid)), 120, "a first checkpoint")
-    r = stop(cluster, sid, "--at-checkpoint", "--wait", "60")
-    assert r.returncode == 0 and r.stdout.strip() == f"{sid} STOPPED", (r.stdout, r.stderr)
-    # the next save, or -- asked right after one, before another step -- that one (nothing to lose)
-    m = re.search(r"stopping at checkpoint: (?:checkpoint step (\d+) saved|nothing trained since checkpoint step (\d+))",
-                  log(cluster, sid))
-    assert m, log(cluster, sid)[-3000:]
-    # the job's last checkpoint: that one, or -- Ray's stop reaching a loaded machine's trainer seconds
-    # later -- a later one (the watch's word is when the stop was asked; the record's, where it ended)
-    assert wait_done(cluster, sid) == "STOPPED"  # the queue's record settled (its checkpoint known then)
-    v = view(cluster, sid)
-    at = v["checkpoint_step"]
-    assert v["status"] == "STOPPED" and at is not None and at >= int(m.group(1) or m.group(2)) and at % 3 == 0, (v, m[0])
-    assert at < 40, at  # stopped before its end: there is something to resume
-
-    r = cli_on(cluster, "resume", sid, timeout=300)
-    assert r.returncode == 0, r.stderr
-    new = r.stdout.strip()
-    assert new == f"{sid}-r1" and f"from its checkpoint at step {at}" in r.stderr, (r.stdout, r.stderr)
-    assert wait_done(cluster, new) == "SUCCEEDED", log(cluster, new)[-2000:]
-    text = log(cluster, new)
-    assert "Resuming from" in text and f"global_step_{at}" in text and "attempt 2 of run" in text, text[-2000:]
-    assert steps(text) and steps(text)[0] == at + 1 and max(steps(text)) == 40, text[-3000:]  # from the step after the checkpoint on
-    st = cli_on(cluster, "status", new, "--json")
-    assert st.returncode == 0 and json.loads(st.stdout).get("resumed_from") == sid, st.stdout
-
-    # bad input: one line, exit 2, nothing queued
-    for job, says in [(new, "SUCCEEDED: nothing to resume"), ("no-such-job-xyz", "no job")]:
-        r = cli_on(cluster, "resume", job)
-        assert r.returncode == 2 and says in r.stderr and len(r.stderr.strip().splitlines()) == 1, (job, r.stderr)
-    bare = submit(cluster, "trainer.save_freq=-1", "+fake.steps=400", "+fake.step_s=0.4")
-    wait_until(lambda: steps(log(cluster, bare)), 120, "the first steps")
-    r = cli_on(cluster, "resume", bare)
-    assert r.returncode == 2 and "only a stopped or failed job can be resumed" in r.stderr, r.stderr
-    assert stop(cluster, bare).returncode == 0 and wait_done(cluster, bare) == "STOPPED"
-    r = cli_on(cluster, "resume", bare)
-    assert r.returncode == 2 and "saved no checkpoint to resume from" in r.stderr, r.stderr
-    # nothing queued: neither the queue nor Ray has a resume of it
-    assert not [v for v in cluster.queue().jobs() if v["submission_id"].startswith(bare + "-r")]
-    assert not [j for j in cluster.client().list_jobs() if (j.submission_id or "").startswith(bare + "-r")]
-
-
-def test_a_resume_leaves_the_stopped_jobs_own_row_as_it_was(cluster, workdir):
     # The resume runs the same run (its run dir, its metrics.<attempt>.jsonl files): the stopped
     # job's row must stay its own (attempt 1, the step it stopped at, its score), not take on the
     # resumed job's attempt 2, final step and score, in `rayjobs list --json` and `status --json`.
@@ -176,21 +159,52 @@ def test_a_resume_leaves_the_stopped_jobs_own_row_as_it_was(cluster, workdir):
     wait_until(lambda: saved(log(cluster, sid)), 120, "a first checkpoint")
     r = stop(cluster, sid, "--at-checkpoint", "--wait", "60")
     assert r.returncode == 0 and r.stdout.strip() == f"{sid} STOPPED", (r.stdout, r.stderr)
-    at = max(steps(log(cluster, sid)))
-    assert at < total, at
+    # the next save, or -- asked right after one, before another step -- that one (nothing to lose)
+    text = log(cluster, sid)
+    m = re.search(r"stopping at checkpoint: (?:checkpoint step (\d+) saved|nothing trained since checkpoint step (\d+))",
+                  text)
+    assert m, text[-3000:]
+    last = max(steps(text))
+    assert last < total, last
+    # the job's last checkpoint: that one, or -- Ray's stop reaching a loaded machine's trainer seconds
+    # later -- a later one (the watch's word is when the stop was asked; the record's, where it ended)
     assert wait_done(cluster, sid) == "STOPPED"  # the queue's record settled (its checkpoint known then)
-
-    def own(row: dict[str, Any]) -> tuple[Any, ...]:
-        return row["status"], row["attempt"], row["step"], row["score"], row["checkpoint_step"]
-
+    v = view(cluster, sid)
+    at = v["checkpoint_step"]
+    assert v["status"] == "STOPPED" and at is not None and at >= int(m.group(1) or m.group(2)) and at % 3 == 0, (v, m[0])
+    assert at < total, at  # stopped before its end: there is something to resume
     before = cli_json(cluster, "status", sid)
-    assert before["status"] == "STOPPED" and before["attempt"] == 1 and before["step"] == at, before
-    assert before["score"] == pytest.approx(0.1 + 0.8 * at / total) and before["checkpoint_step"] is not None, before
+    assert before["status"] == "STOPPED" and before["attempt"] == 1 and before["step"] == last, before
+    assert before["score"] == pytest.approx(0.1 + 0.8 * last / total) and before["checkpoint_step"] is not None, before
 
     r = cli_on(cluster, "resume", sid, timeout=300)
     assert r.returncode == 0, r.stderr
     new = r.stdout.strip()
+    assert new == f"{sid}-r1" and f"from its checkpoint at step {at}" in r.stderr, (r.stdout, r.stderr)
+    # bad input: one line, exit 2, nothing queued (the resume itself, while it waits or runs, too)
+    for job, says in [(new, "only a stopped or failed job can be resumed"), ("no-such-job-xyz", "no job")]:
+        r = cli_on(cluster, "resume", job)
+        assert r.returncode == 2 and says in r.stderr and len(r.stderr.strip().splitlines()) == 1, (job, r.stderr)
     assert wait_done(cluster, new) == "SUCCEEDED", log(cluster, new)[-2000:]
+    text = log(cluster, new)
+    assert "Resuming from" in text and f"global_step_{at}" in text and "attempt 2 of run" in text, text[-2000:]
+    assert steps(text) and steps(text)[0] == at + 1 and max(steps(text)) == total, text[-3000:]  # from the step after the checkpoint on
+    st = cli_on(cluster, "status", new, "--json")
+    assert st.returncode == 0 and json.loads(st.stdout).get("resumed_from") == sid, st.stdout
+    r = cli_on(cluster, "resume", new)
+    assert r.returncode == 2 and "SUCCEEDED: nothing to resume" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert not [v for v in cluster.queue().jobs() if v["submission_id"].startswith(new + "-r")]
+    assert not [j for j in cluster.client().list_jobs() if (j.submission_id or "").startswith(new + "-r")]
+
+    _rows_stay_their_own(cluster, sid, new, before, total)
+
+
+def _own(row: dict[str, Any]) -> tuple[Any, ...]:
+    return row["status"], row["attempt"], row["step"], row["score"], row["checkpoint_step"]
+
+
+def _rows_stay_their_own(cluster: FakeGpuCluster, sid: str, new: str, before: dict[str, Any], total: int) -> None:
+    """The resume ``new`` of ``sid`` ran the same run; ``sid``'s row is still ``before``."""
     run_dir = Path(view(cluster, sid)["metadata"]["run_dir"])  # one run: the resume's metrics are beside its own
     assert view(cluster, new)["metadata"]["run_dir"] == str(run_dir)
     assert {"metrics.1.jsonl", "metrics.2.jsonl"} <= {f.name for f in run_dir.glob("metrics.*.jsonl")}, run_dir
@@ -199,32 +213,9 @@ def test_a_resume_leaves_the_stopped_jobs_own_row_as_it_was(cluster, workdir):
     assert resumed["score"] == pytest.approx(0.1 + 0.8) and resumed["resumed_from"] == sid, resumed
 
     listed = {row["id"]: row for row in cli_json(cluster, "list")}
-    assert own(listed[new])[:3] == ("SUCCEEDED", 2, total), listed[new]
-    assert own(listed[sid]) == own(before), (listed[sid], before)
-    assert own(cli_json(cluster, "status", sid)) == own(before)
-
-
-def test_stop_names_jobs_while_a_plain_ray_driver_is_connected(cluster, workdir):
-    # A plain `ray.init()` program on the cluster (a notebook, a benchmark's probe): Ray lists it as a
-    # job without a submission id. Naming jobs by id or prefix must not trip over it (it crashed
-    # with a TypeError sorting None with the ids).
-    code = f"import ray, time; ray.init(address='{cluster.gcs}'); print('up', flush=True); time.sleep(600)"
-    driver = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                              text=True, env=cluster.env)
-    try:
-        assert driver.stdout.readline().strip() == "up"
-        wait_until(lambda: any(j.submission_id is None and str(j.status) == "RUNNING"
-                               for j in cluster.client().list_jobs()), 60, "Ray to list the plain driver")
-        sid = submit(cluster, "trainer.save_freq=-1", "+fake.steps=400", "+fake.step_s=0.4")
-        wait_until(lambda: steps(log(cluster, sid)), 120, "the first steps")
-        r = stop(cluster, sid[:-1])  # by a prefix of its id
-        assert r.returncode == 0 and r.stdout.strip() == f"{sid} STOPPED", (r.stdout, r.stderr)
-        r = stop(cluster, "no-such-job-xyz")
-        assert r.returncode == 2 and "no job matches 'no-such-job-xyz'" in r.stderr, r.stderr
-        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
-    finally:
-        driver.terminate()
-        driver.wait(timeout=30)
+    assert _own(listed[new])[:3] == ("SUCCEEDED", 2, total), listed[new]
+    assert _own(listed[sid]) == _own(before), (listed[sid], before)
+    assert _own(cli_json(cluster, "status", sid)) == _own(before)
 
 
 # --------------------------------------------------------------------------- the watch on its own
