@@ -315,7 +315,10 @@ def rounds_during(c: Any, holder: str, gpus: Any, until: float, out: list[dict[s
         left = max(5.0, until - time.monotonic())
         try:
             wait_until(lambda: bench_backlog.holds_gpus(c, holder), left, f"{holder} to hold the GPUs", 0.5)
-            line0 = c.queue().summary().line[0].submission_id
+            line = c.queue().summary().line
+            if not line:  # the chain is spent: the rounds end here (the phase goes on without)
+                break
+            line0 = line[0].submission_id
             wait_until(lambda: line0 in bench_backlog.standby_in_ray(c), max(5.0, until - time.monotonic()),
                        f"{line0} pre-started", 0.5)
         except AssertionError:
