@@ -99,6 +99,8 @@ def test_every_route_answers_on_the_head_as_its_openapi_document_declares(api, w
     assert check("get", "/audit", 200)["entries"]
     assert check("get", "/jobs/{job_id}/metrics", 200, f"/jobs/{sid}/metrics")["source"] in ("files", "none")
     assert check("get", "/cluster", 200)["nodes"]
+    link = check("post", "/page/link", 201)  # (rayjobs ui's one-time login code)
+    assert link["path"].startswith("/login/once?code=") and link["expires_in"] > 0, link
     for route in ("/jobs/{job_id}/log", "/jobs/{job_id}/log/stream"):  # text: its header says which log
         r = _raw(api, "GET", route.replace("{job_id}", sid))
         assert r.status_code == 200 and r.headers[wire.LOG_HEADER] in ("whole", "kept"), (route, r.status_code, r.text)
