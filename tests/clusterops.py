@@ -173,8 +173,11 @@ def admitted_time(c: FakeGpuCluster, job_id: str) -> float:
 
 
 def standby_in_ray(c: FakeGpuCluster) -> list[str]:
-    """The ids of the jobs the queue pre-started (tagged, not ended) that Ray lists."""
+    """The ids of the jobs the queue pre-started (tagged, not ended) that Ray lists and the queue has
+    not admitted: Ray keeps a job's tag once it is admitted (a job that waited a moment, its GPUs not
+    yet read free, is pre-started too), while one whose stop Ray dropped stays listed."""
     from rayjobs.shared import STANDBY_KEY
 
-    return [j.submission_id for j in c.client().list_jobs()
+    held = [j.submission_id for j in c.client().list_jobs()
             if (j.metadata or {}).get(STANDBY_KEY) and str(j.status).split(".")[-1] in ("PENDING", "RUNNING")]
+    return [i for i in held if not (c.queue().job(i) or {}).get("admitted_at")]

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import threading
 import time
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -36,6 +37,8 @@ from rayjobs.shared import STANDBY_GO_ENV, STANDBY_KEY
 SWITCH_ENV = "RAYJOBS_QUEUE_STANDBY"  #: head-side: "0"/"off" starts every admitted job cold
 #: Keys of the admission the runner reports (from the record at admission, through the go file).
 ADMISSION_KEYS = ("admitted_at", "waited_s", "admission_note")
+STOP_EVERY_S = 1.0  #: a cancelled pre-start's Ray job is stopped again this often until it ended...
+STOP_WITHIN_S = 600.0  #: ...for at most this long
 _RESOURCE_KEYS = ("entrypoint_num_cpus", "entrypoint_num_gpus", "entrypoint_memory", "entrypoint_resources")
 
 
@@ -117,7 +120,19 @@ class Standby:
         if sid != self.sid or self.submitted is None:
             return
         submitted, self.sid, self.submitted, self.go = self.submitted, None, None, None
-        self.pool.submit(lambda: submitted.result() and self.jobs.stop(sid))
+        # a thread of its own: it may take a while, and the pool serves the queue's dashboard calls
+        threading.Thread(target=self._stop, args=(sid, submitted), name="rayjobs-standby-stop", daemon=True).start()
+
+    def _stop(self, sid: str, submitted: Future) -> None:
+        """Stop a cancelled pre-start's Ray job until Ray says it ended (bounded): Ray answers a stop
+        of a job still PENDING (its supervisor not started yet, slow on a loaded head) True and does
+        nothing (ray-project/ray#58353), and its runner would then hold, RUNNING, for good."""
+        if not submitted.result():
+            return
+        deadline = time.monotonic() + STOP_WITHIN_S
+        while self._status(sid) in IN_RAY and time.monotonic() < deadline:
+            self.jobs.stop(sid)
+            time.sleep(STOP_EVERY_S)
 
     def adopt(self, waiting: dict[str, Any]) -> None:
         """After the queue restarted (Ray did not): take over a pre-started job still held in Ray;
