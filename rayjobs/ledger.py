@@ -248,11 +248,7 @@ def _seen_path(cluster: str) -> Path:
 
 def seen(cluster: str) -> dict[str, dict[str, Any]]:
     """What the laptop last saw of each job of ``cluster``: id -> :data:`SEEN_FIELDS` + ``seen_at``."""
-    try:
-        doc = json.loads(_seen_path(cluster).read_text())
-    except (OSError, ValueError):
-        return {}
-    return doc if isinstance(doc, dict) else {}
+    return _read_doc(_seen_path(cluster))
 
 
 def remember_seen(cluster: str, rows: list[dict[str, Any]]) -> bool:
@@ -301,8 +297,13 @@ def remember_usage(cluster: str, jobs: dict[str, dict[str, Any]], at: float) -> 
 
 def usage_rows(cluster: str) -> dict[str, dict[str, Any]]:
     """``cluster``'s copy of the per-job usage rows (id -> row with ``seen_at``), or {}."""
+    return _read_doc(_usage_path(cluster))
+
+
+def _read_doc(p: Path) -> dict[str, dict[str, Any]]:
+    """A per-cluster JSON copy (seen rows, usage rows): its dict, or {} when absent or unreadable."""
     try:
-        doc = json.loads(_usage_path(cluster).read_text())
+        doc = json.loads(p.read_text())
     except (OSError, ValueError):
         return {}
     return doc if isinstance(doc, dict) else {}

@@ -112,6 +112,14 @@ def _allowed(rel: str, allow: dict[str, str]) -> bool:
     return any(rel == k or (k.endswith("/") and rel.startswith(k)) for k in allow)
 
 
+def _only_where_allowed(found: list[str], allow: dict[str, str], what: str) -> None:
+    """``found`` (``path:line: ...``) only in the modules ``allow`` names, and each of those still has one."""
+    outside = [f for f in found if not _allowed(f.split(":")[0], allow)]
+    assert not outside, f"{what}: {outside}"
+    stale = [k for k in allow if not any(f.startswith(k) for f in found)]
+    assert not stale, f"nothing of that left in {stale}: take it off the allow-list"
+
+
 def status_literals(root: Path) -> list[str]:
     """``path:line: VALUE`` for each string constant outside contract/ that is a status's value."""
     from rayjobs.contract.status import STATUSES
@@ -128,10 +136,8 @@ def status_literals(root: Path) -> list[str]:
 
 
 def test_statuses_are_the_enum_outside_the_contract() -> None:
-    found = [f for f in status_literals(ROOT) if not _allowed(f.split(":")[0], STATUS_LITERALS)]
-    assert not found, f"status literals (use contract.status.Status, or say why in STATUS_LITERALS): {found}"
-    stale = [k for k in STATUS_LITERALS if not any(f.startswith(k) for f in status_literals(ROOT))]
-    assert not stale, f"no status literal left in {stale}: take it off STATUS_LITERALS"
+    _only_where_allowed(status_literals(ROOT), STATUS_LITERALS, "status literals (use contract.status.Status, "
+                        "or say why in STATUS_LITERALS)")
 
 
 def test_the_status_check_sees_a_literal(tmp_path: Path) -> None:
@@ -186,10 +192,8 @@ def meta_key_reads(root: Path) -> list[str]:
 
 
 def test_metadata_is_read_through_jobmeta_outside_the_contract() -> None:
-    found = [f for f in meta_key_reads(ROOT) if not _allowed(f.split(":")[0], META_KEY_READS)]
-    assert not found, f"metadata read by key (use contract.meta.JobMeta.from_ray, or say why in META_KEY_READS): {found}"
-    stale = [k for k in META_KEY_READS if not any(f.startswith(k) for f in meta_key_reads(ROOT))]
-    assert not stale, f"no metadata key read left in {stale}: take it off META_KEY_READS"
+    _only_where_allowed(meta_key_reads(ROOT), META_KEY_READS, "metadata read by key (use "
+                        "contract.meta.JobMeta.from_ray, or say why in META_KEY_READS)")
 
 
 def test_the_metadata_check_sees_a_key_read(tmp_path: Path) -> None:
