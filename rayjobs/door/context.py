@@ -54,6 +54,22 @@ class Context:
     async def in_io(self, fn: Callable[..., Any], *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self.io, fn, *args)
 
+    async def written(self, ids: Any) -> None:
+        """Wait until the queue's record writes so far are done (the loop's changes reach the disk in
+        a thread of their own); a request is answered once its change is durable.
+
+        Raises:
+            HTTPException: 507, a record of ``ids`` could not be written (the change stands in the
+                queue and its write is tried again).
+        """
+        from fastapi import HTTPException
+
+        await asyncio.wrap_future(self.svc.writer.barrier())
+        if not self.svc.writer.ok(ids):
+            raise HTTPException(507, f"the queue could not write the records of {', '.join(ids)} to "
+                                     f"{self.svc.store.root}: the change stands and is written once the "
+                                     f"storage root takes writes again")
+
 
 def ctx(request: Request) -> Context:
     return request.app.state.rj

@@ -22,6 +22,7 @@ REFUSALS = {
     422: "a field is missing, unknown or of the wrong type, or a value is refused",
     429: "too many failed authentications from this address: it is blocked for a while",
     500: "the queue failed on the request (its log is the queue actor's)",
+    507: "the queue could not write its records: the storage root is full or gone",
 }
 BODY = (400, 413, 422)  #: what a route with a JSON body may answer for the body alone
 

@@ -23,10 +23,20 @@ POLL_S = 0.5
 
 @dataclass(frozen=True)
 class Submitted:
-    """A submit came back: ``error`` is Ray's one-line refusal ("" if Ray has the job)."""
+    """A submit came back: ``error`` is Ray's one-line refusal ("" if Ray has the job); ``unwritten``:
+    Ray was not asked, the job's admitted record could not be written (``error`` says why)."""
 
     id: str
     error: str = ""
+    unwritten: bool = False
+
+
+def durable(after: Optional[Future], rec: JobRecord) -> Optional[Submitted]:
+    """(in the pool) Wait for ``rec``'s admitted record to be written (:mod:`rayjobs.oncluster.recordwriter`):
+    None once it is, else the :class:`Submitted` that says Ray was not asked."""
+    if after is None or after.result() is not None:
+        return None
+    return Submitted(rec.id, "the queue could not write its record (see the head's log)", unwritten=True)
 
 
 @dataclass(frozen=True)
@@ -57,13 +67,17 @@ class Admitter:
     def busy(self, job_id: str) -> bool:
         return job_id in self.calls
 
-    def submit(self, rec: JobRecord) -> None:
-        """Hand ``rec``'s job to Ray: the pre-started one is let go, any other is submitted cold."""
-        taken = self.standby.take(rec) if self.standby is not None else None
-        self.calls[rec.id] = taken or self.pool.submit(self.cold_submit, rec)
+    def submit(self, rec: JobRecord, after: Optional[Future] = None) -> None:
+        """Hand ``rec``'s job to Ray once ``after`` (its record's write) is done: the pre-started one
+        is let go, any other is submitted cold."""
+        taken = self.standby.take(rec, after) if self.standby is not None else None
+        self.calls[rec.id] = taken or self.pool.submit(self.cold_submit, rec, after)
 
-    def cold_submit(self, rec: JobRecord) -> Submitted:
-        """(in the pool) Submit ``rec`` to Ray from its durable code snapshot."""
+    def cold_submit(self, rec: JobRecord, after: Optional[Future] = None) -> Submitted:
+        """(in the pool) Submit ``rec`` to Ray from its durable code snapshot, once ``after`` is done."""
+        unwritten = durable(after, rec)
+        if unwritten is not None:
+            return unwritten
         try:
             self.jobs.submit(submit_kwargs(rec, self.code_dir(rec.code)))
             return Submitted(rec.id)

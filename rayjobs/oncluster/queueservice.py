@@ -38,6 +38,7 @@ from rayjobs.oncluster.jobrecord import finish_record, lost_attempt, next_attemp
 from rayjobs.oncluster.preemption import Preemptions
 from rayjobs.oncluster.queuestate import QueueState, Running
 from rayjobs.oncluster.reaping import Reaped, Reaping
+from rayjobs.oncluster.recordwriter import RecordWriter
 from rayjobs.oncluster.rungs import Rungs
 from rayjobs.oncluster.scheduler import (Admit, CallOff, Decision, Evict, Fail, Offer, Policy, Preempt, Release, Rung,
                                          StopOverdue)
@@ -128,6 +129,7 @@ class QueueService:
                  reap: Optional[Callable[..., list[str]]] = None, reap_enabled: bool = True, session: str = "",
                  pool: Optional[ThreadPoolExecutor] = None, ray_logs: str = "", warm: Any = None) -> None:
         self.store, self.jobs, self.cluster = store, jobs, cluster
+        self.writer = RecordWriter(store)  # the tick's record writes: off the loop, in order
         self.watch = cluster if hasattr(cluster, "newest") else Inline(cluster)
         self._reading = 0  #: the newest cluster reading applied (its ``n``)
         self.wake: Callable[[], None] = lambda: None  #: wakes the loop from another thread (the host sets it)
@@ -219,6 +221,7 @@ class QueueService:
     def tick(self) -> float:
         """One turn of the loop; how long to wait before the next (a request may cut it short)."""
         now = time.time()
+        self.writer.retry(self.records.get)
         self._collect()
         if self.state.waiting:
             self.watch.ask(self.state.running, fast=time.monotonic() < self._fast_until)
@@ -293,7 +296,7 @@ class QueueService:
             for job_id in self._pruning.result() or []:
                 rec = self.records.get(job_id)
                 if rec is not None and rec.done:
-                    self.records[job_id] = self.store.put(rec.with_(pruned=True))
+                    self._put(rec.with_(pruned=True))
             self._pruning = None
         if self._pruning is None and time.monotonic() - self._pruned_at >= self.prune_every_s:
             self._pruned_at = time.monotonic()
@@ -311,15 +314,17 @@ class QueueService:
         """Hand a waiting job to Ray: its record says admitted (durably) before Ray is asked, at the
         moment it was (``now`` is the tick's start, before that tick settled what had ended)."""
         w, at = self.state.waiting[job_id], time.time()
-        rec = self._put(w.rec.with_(state=State.ADMITTED, admitted_at=at, freed_at=None, note=note,
-                                    ray_logs=self.ray_logs,
-                                    first_attempt=next_attempt(w.rec.meta.run_dir)))
+        rec, written = self.writer.put(w.rec.with_(state=State.ADMITTED, admitted_at=at, freed_at=None, note=note,
+                                                   ray_logs=self.ray_logs,
+                                                   first_attempt=next_attempt(w.rec.meta.run_dir)))
+        self.records[rec.id] = rec
         self.state.admit(w, at, rec)
-        self.admitter.submit(rec)
+        self.admitter.submit(rec, after=written)  # Ray is asked once the record says admitted on disk
         self.note("admitted", job_id)
 
     def _put(self, rec: JobRecord) -> JobRecord:
-        rec = self.store.put(rec)
+        """The loop's change of a record: in memory now, on disk next (:mod:`~rayjobs.oncluster.recordwriter`)."""
+        rec, _ = self.writer.put(rec)
         self.records[rec.id] = rec
         return rec
 
@@ -343,7 +348,8 @@ class QueueService:
             return
         if got.error:
             self.state.drop(got.id)
-            self.finish(r.rec, Status.FAILED, f"Ray refused the job at admission: {got.error}")
+            why = got.error if got.unwritten else f"Ray refused the job at admission: {got.error}"
+            self.finish(r.rec, Status.FAILED, why)
             return
         r.in_ray = True
         self.state.version += 1

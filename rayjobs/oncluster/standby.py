@@ -30,6 +30,7 @@ from typing import Any, Callable, Optional
 from rayjobs.contract.files import write_atomic
 from rayjobs.contract.record import JobRecord
 from rayjobs.contract.status import IN_RAY, TERMINAL, word
+from rayjobs.oncluster.admission import durable
 from rayjobs.oncluster.headapi import JobsClient
 from rayjobs.oncluster.jobrecord import submit_kwargs
 from rayjobs.shared import STANDBY_GO_ENV, STANDBY_KEY
@@ -98,15 +99,19 @@ class Standby:
         except Exception:  # noqa: BLE001 (the job is then started cold at admission)
             return False
 
-    def take(self, rec: JobRecord) -> Optional[Future]:
-        """If ``rec``'s job is the pre-started one, let it go: a future of what the cold submit
-        gives; else None (the caller submits it)."""
+    def take(self, rec: JobRecord, after: Optional[Future] = None) -> Optional[Future]:
+        """If ``rec``'s job is the pre-started one, let it go once ``after`` (its record's write) is
+        done: a future of what the cold submit gives; else None (the caller submits it)."""
         if rec.id != self.sid or self.submitted is None or self.go is None:
             return None
         submitted, go, self.sid, self.submitted, self.go = self.submitted, self.go, None, None, None
-        return self.pool.submit(self._go, rec, submitted, go)
+        return self.pool.submit(self._go, rec, submitted, go, after)
 
-    def _go(self, rec: JobRecord, submitted: Future, go: Path) -> Any:
+    def _go(self, rec: JobRecord, submitted: Future, go: Path, after: Optional[Future] = None) -> Any:
+        unwritten = durable(after, rec)
+        if unwritten is not None:  # its runner waits for a go that does not come: the stop ends it
+            self.pool.submit(self.jobs.stop, rec.id)
+            return unwritten
         ok = bool(submitted.result())
         if ok and self._status(rec.id) in IN_RAY:
             meta = submit_kwargs(rec, self.code_dir(rec.code))["metadata"]

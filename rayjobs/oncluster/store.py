@@ -85,9 +85,18 @@ class QueueStore:
 
     def put(self, rec: JobRecord) -> JobRecord:
         """Write a job's record durably (it is on disk when this returns); the record as written."""
-        rec = rec.with_(updated_at=time.time())
-        write_atomic(self.path(rec.id), (json.dumps(rec.to_json(), sort_keys=True) + "\n").encode())
+        rec = self.stamp(rec)
+        self.write(rec)
         return rec
+
+    @staticmethod
+    def stamp(rec: JobRecord) -> JobRecord:
+        """The record as :meth:`put` writes it (its ``updated_at`` now)."""
+        return rec.with_(updated_at=time.time())
+
+    def write(self, rec: JobRecord) -> None:
+        """Write ``rec`` as given, durably (tmp, fsync, rename)."""
+        write_atomic(self.path(rec.id), (json.dumps(rec.to_json(), sort_keys=True) + "\n").encode())
 
     def put_many(self, recs: Iterable[JobRecord]) -> list[JobRecord]:
         """:meth:`put` each (a sweep's records: each file fsync'ed before this returns)."""

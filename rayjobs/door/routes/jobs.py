@@ -93,7 +93,7 @@ async def enqueue_now(request: Request, body: wire.EnqueueRequest) -> Response:
 
 
 @router.post("/jobs", response_model=wire.EnqueueReply, status_code=201, summary="Queue jobs, all or none",
-             responses=refusals(*BODY, 403, 404, 409))
+             responses=refusals(*BODY, 403, 404, 409, 507))
 async def enqueue(request: Request, body: wire.EnqueueRequest) -> Any:
     return await enqueue_now(request, body)
 
@@ -137,18 +137,19 @@ async def get_job(request: Request, job_id: str) -> Any:
 
 
 @router.post("/jobs/stop", response_model=wire.StopReply, summary="Stop jobs (every one yours, or you an admin)",
-             responses=refusals(*BODY, 403, 404))
+             responses=refusals(*BODY, 403, 404, 507))
 async def stop_jobs(request: Request, body: wire.StopRequest) -> Any:
     rj = ctx(request)
     may_control(request, "stop", body.ids)
     out = rj.reqs.stop(body.ids, body.mode, body.timeout_s)
     rj.kick()
+    await rj.written(body.ids)
     request.state.audit_result = ", ".join(f"{o.id} {o.outcome}" for o in out)[:500]
     return answer({"results": [wire.to_json(o) for o in out]})
 
 
 @router.post("/jobs/{job_id}/stop", response_model=wire.StopOutcome, summary="Stop one job",
-             responses=refusals(403, 404, 409, 422))
+             responses=refusals(403, 404, 409, 422, 507))
 async def stop_one(request: Request, job_id: str, mode: str = Query(default="now", pattern="^(now|checkpoint)$"),
                    timeout_s: float = 3600.0) -> Any:
     rj = ctx(request)
@@ -160,6 +161,7 @@ async def stop_one(request: Request, job_id: str, mode: str = Query(default="now
         raise HTTPException(409, f"{job_id} has ended ({view['status']}): nothing to stop")
     [out] = rj.reqs.stop([job_id], mode, timeout_s)
     rj.kick()
+    await rj.written([job_id])
     request.state.audit_result = f"{out.outcome}: {out.message}"
     return answer(wire.to_json(out))
 
@@ -186,7 +188,7 @@ async def stop_foreign(request: Request, job_id: str) -> Response:
 @router.post("/jobs/{job_id}/resume", response_model=wire.JobView, status_code=201,
              summary="Resume an ended job's run as a new job",
              responses={200: {"model": wire.JobView, "description": "resumed before: that job"},
-                        **refusals(*BODY, 403, 404, 409)})
+                        **refusals(*BODY, 403, 404, 409, 507)})
 async def resume(request: Request, job_id: str, body: wire.ResumeRequest) -> Any:
     rj = ctx(request)
     may_control(request, "resume", [job_id])
@@ -206,7 +208,7 @@ async def resume(request: Request, job_id: str, body: wire.ResumeRequest) -> Any
 
 
 @router.post("/jobs/{job_id}/rerun", response_model=wire.EnqueueReply, status_code=201,
-             summary="Queue a new job with this job's code snapshot", responses=refusals(*BODY, 403, 404, 409))
+             summary="Queue a new job with this job's code snapshot", responses=refusals(*BODY, 403, 404, 409, 507))
 async def rerun(request: Request, job_id: str, body: wire.RerunRequest) -> Any:
     may_control(request, "rerun", [job_id])
     got = await enqueue_now(request, wire.EnqueueRequest(jobs=[body.job], code_of=job_id))
