@@ -171,6 +171,33 @@ def test_down_closes_the_tunnel_and_forgets(home: Path) -> None:
     assert not settings.cluster_file().exists() and rcl.local_token("rjdown") is None
 
 
+REFUSED = ("ConnectionError(HTTPConnection(host='127.0.0.1', port=46580): Failed to establish a new "
+           "connection: [Errno 111] Connection refused)")
+
+
+def test_a_call_the_local_api_server_refused_is_made_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SkyPilot's client starts its local API server on the first call; on a busy machine the call can
+    be refused before it listens (seen under load): made again, at most API_SERVER_TRIES times."""
+    monkeypatch.setattr(rcl, "API_SERVER_WAIT_S", 0.0)
+    calls: list[int] = []
+
+    def refused_twice() -> str:
+        calls.append(1)
+        if len(calls) < 3:
+            raise RuntimeError(REFUSED)
+        return "done"
+
+    assert rcl._sky_call("down", "rjx", refused_twice) == "done" and len(calls) == 3
+    calls.clear()
+    with pytest.raises(rcl.ClusterError, match="SkyPilot down of 'rjx' failed: .*Connection refused"):
+        rcl._sky_call("down", "rjx", lambda: calls.append(1) or (_ for _ in ()).throw(RuntimeError(REFUSED)))
+    assert len(calls) == rcl.API_SERVER_TRIES
+    calls.clear()
+    with pytest.raises(rcl.ClusterError, match="failed: quota exceeded"):  # any other error: once
+        rcl._sky_call("up", "rjx", lambda: calls.append(1) or (_ for _ in ()).throw(RuntimeError("quota exceeded")))
+    assert len(calls) == 1
+
+
 # --------------------------------------------------------------------------- real SkyPilot, offline
 def test_real_skypilot_api_offline_gives_one_line_errors() -> None:
     """SkyPilot's own client starts its local API server (inside the test namespace, HOME pinned);

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any, Optional
 
@@ -268,16 +269,34 @@ def _sky() -> Any:
     return sky
 
 
+#: Tries of a SkyPilot call its local API server refused (it is started by SkyPilot's client on the
+#: first call and may not listen yet on a busy machine), and the wait between them.
+API_SERVER_TRIES, API_SERVER_WAIT_S = 3, 2.0
+
+
 def _sky_call(what: str, name: str, fn: Any, *args: Any, **kw: Any) -> Any:
-    """Call SkyPilot; its exceptions become one-line :class:`ClusterError` messages."""
-    try:
-        return fn(*args, **kw)
-    except RayjobsError:
-        raise
-    except Exception as e:
-        if e.__class__.__name__ == "ClusterDoesNotExist":
-            raise ClusterError(f"no SkyPilot cluster named {name!r} (`sky status` lists them)") from e
-        raise ClusterError(f"SkyPilot {what} of {name!r} failed: {' '.join(str(e).split())[:300]}") from e
+    """Call SkyPilot; its exceptions become one-line :class:`ClusterError` messages. A call its local
+    API server refused the connection of never reached it: it is made again (bounded)."""
+    for attempt in range(1, API_SERVER_TRIES + 1):
+        try:
+            return fn(*args, **kw)
+        except RayjobsError:
+            raise
+        except Exception as e:
+            if e.__class__.__name__ == "ClusterDoesNotExist":
+                raise ClusterError(f"no SkyPilot cluster named {name!r} (`sky status` lists them)") from e
+            if attempt < API_SERVER_TRIES and _local_server_refused(e):
+                time.sleep(API_SERVER_WAIT_S)
+                continue
+            raise ClusterError(f"SkyPilot {what} of {name!r} failed: {' '.join(str(e).split())[:300]}") from e
+    raise AssertionError("unreachable")
+
+
+def _local_server_refused(e: BaseException) -> bool:
+    """Did SkyPilot's local API server refuse the connection (the request never reached it)?"""
+    text = str(e)
+    return ("Connection refused" in text or "ApiServerConnectionError" in type(e).__name__) and (
+        "127.0.0.1" in text or "localhost" in text)
 
 
 # --------------------------------------------------------------------------- up / down
