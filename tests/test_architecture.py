@@ -25,7 +25,6 @@ RAY_PRIVATE = {
     "door/host.py": "this Ray session's name and log dir (ray._private.worker._global_node)",
     "oncluster/headapi.py": "this session's dashboard URL (ray._private.worker._global_node)",
     "oncluster/clusterstate.py": "per-node placement groups and free resources (GCS client, ray._private.state)",
-    "oncluster/capacity.py": "a docstring naming ray._private.state's per-node totals (no import)",
 }
 
 

@@ -294,7 +294,7 @@ def hold_for_admission(go: Path, max_s: float = STANDBY_MAX_S) -> Optional[dict[
 
 def describe_demand(meta: dict[str, Any]) -> str:
     """``2 groups of 1 GPU + 3 CPU, each on one node`` (or ``no GPUs``), from the job's metadata."""
-    from rayjobs.oncluster import capacity
+    from rayjobs.contract import capacity
 
     try:
         groups = capacity.clean_groups(json.loads(meta.get("gpu_groups") or "[]"))
