@@ -149,7 +149,6 @@ def test_the_status_check_sees_a_literal(tmp_path: Path) -> None:
 #: Modules that may still read a job's metadata by its key, each with why (issue 46 item 1: a job's
 #: metadata is read through ``contract.meta.JobMeta``, so its keys and their forms live in one place).
 META_KEY_READS = {
-    "oncluster/runner.py": "its own job's metadata from Ray's env var, the queue's admission keys merged in place; next",
     "oncluster/queuerequests.py": "a request's raw `after`, parsed strictly (bad JSON is refused, not read as none)",
     "oncluster/jobviews.py": "the head's list filter reads 3 keys of up to 100,000 records' metadata, none parsed whole",
     "door/routes/page.py": "the queue page's filter reads 2 keys of up to 10,000 waiting jobs' metadata, none parsed whole",

@@ -245,7 +245,7 @@ def test_gpu_use_per_node_from_the_heads_real_metrics_plus_a_gpu_node(cluster: A
     from rayjobs.oncluster.raydash import RayDash
     from rayjobs.views.nodeuse import gpu_summary
 
-    texts = promscrape.scrape(RayDash(cluster, None).metrics_endpoints())
+    texts = promscrape.scrape(RayDash(str(cluster.address), cluster.token).metrics_endpoints())
     assert texts and all(isinstance(t, str) for t in texts.values()), texts
     texts["10.0.0.9:8090"] = _GPU_LINES.format(ip="10.0.0.9")
     texts["10.0.0.8:8090"] = OSError("connection refused")  # a node that did not answer
