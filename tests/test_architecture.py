@@ -68,12 +68,24 @@ def test_no_new_package_cycle() -> None:
     assert not healed, f"a known cycle is gone, take it off KNOWN_CYCLES: {sorted(map(sorted, healed))}"
 
 
-@pytest.mark.parametrize("plane", ["oncluster", "door", "contract", "sim", "page"])
+#: The laptop's planes (``client`` too: its REST clients and the embedded head are the laptop's
+#: way to a cluster; the head has its own, ``oncluster.raydash``) and the head's.
+LAPTOP = {"cli", "api", "views", "client", "submit", "config", "ledger", "preflight", "provision", "settings",
+          "settingsources", "settingslogin"}
+HEAD = {"oncluster", "door", "page", "sim"}
+
+
+@pytest.mark.parametrize("plane", sorted(HEAD | {"contract"}))
 def test_the_head_and_the_contract_never_import_the_laptop(plane: str) -> None:
-    laptop = {"cli", "api", "views", "submit", "config", "ledger", "preflight", "provision", "settings",
-              "settingsources"}
     edges = package_edges()
-    assert not edges.get(plane, set()) & laptop, (plane, sorted(edges[plane] & laptop))
+    assert not edges.get(plane, set()) & LAPTOP, (plane, sorted(edges[plane] & LAPTOP))
+
+
+def test_preflight_imports_no_head_plane() -> None:
+    """The laptop's checks apply the rules both sides share from ``contract`` (the fit rule:
+    ``contract.capacity``), never the head's code."""
+    edges = package_edges()
+    assert not edges.get("preflight", set()) & HEAD, sorted(edges["preflight"] & HEAD)
 
 
 def test_ray_privates_only_where_design_md_says_why() -> None:
