@@ -70,7 +70,7 @@ class FakeCluster:
         self.held = dict(holdings or {})
 
     def observe(self, running: Mapping[str, Any]) -> Observed:
-        from rayjobs.oncluster import capacity
+        from rayjobs.contract import capacity
 
         used = sum(r.req.gpus for r in running.values())
         out, left = [], used

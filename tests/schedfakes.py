@@ -9,7 +9,7 @@ from typing import Any, Optional, Sequence
 from rayjobs.contract.meta import JobMeta
 from rayjobs.contract.record import JobRecord
 from rayjobs.contract.status import State
-from rayjobs.oncluster import capacity
+from rayjobs.contract import capacity
 from rayjobs.oncluster.queuestate import QueueState
 from rayjobs.oncluster.request import request_from_record
 from rayjobs.oncluster.scheduler import ClusterView

@@ -25,7 +25,6 @@ RAY_PRIVATE = {
     "door/host.py": "this Ray session's name and log dir (ray._private.worker._global_node)",
     "oncluster/headapi.py": "this session's dashboard URL (ray._private.worker._global_node)",
     "oncluster/clusterstate.py": "per-node placement groups and free resources (GCS client, ray._private.state)",
-    "oncluster/capacity.py": "a docstring naming ray._private.state's per-node totals (no import)",
 }
 
 
@@ -69,12 +68,24 @@ def test_no_new_package_cycle() -> None:
     assert not healed, f"a known cycle is gone, take it off KNOWN_CYCLES: {sorted(map(sorted, healed))}"
 
 
-@pytest.mark.parametrize("plane", ["oncluster", "door", "contract", "sim", "page"])
+#: The laptop's planes (``client`` too: its REST clients and the embedded head are the laptop's
+#: way to a cluster; the head has its own, ``oncluster.raydash``) and the head's.
+LAPTOP = {"cli", "api", "views", "client", "submit", "config", "ledger", "preflight", "provision", "settings",
+          "settingsources", "settingslogin"}
+HEAD = {"oncluster", "door", "page", "sim"}
+
+
+@pytest.mark.parametrize("plane", sorted(HEAD | {"contract"}))
 def test_the_head_and_the_contract_never_import_the_laptop(plane: str) -> None:
-    laptop = {"cli", "api", "views", "submit", "config", "ledger", "preflight", "provision", "settings",
-              "settingsources"}
     edges = package_edges()
-    assert not edges.get(plane, set()) & laptop, (plane, sorted(edges[plane] & laptop))
+    assert not edges.get(plane, set()) & LAPTOP, (plane, sorted(edges[plane] & LAPTOP))
+
+
+def test_preflight_imports_no_head_plane() -> None:
+    """The laptop's checks apply the rules both sides share from ``contract`` (the fit rule:
+    ``contract.capacity``), never the head's code."""
+    edges = package_edges()
+    assert not edges.get("preflight", set()) & HEAD, sorted(edges["preflight"] & HEAD)
 
 
 def test_ray_privates_only_where_design_md_says_why() -> None:
@@ -150,7 +161,6 @@ def test_the_status_check_sees_a_literal(tmp_path: Path) -> None:
 #: Modules that may still read a job's metadata by its key, each with why (issue 46 item 1: a job's
 #: metadata is read through ``contract.meta.JobMeta``, so its keys and their forms live in one place).
 META_KEY_READS = {
-    "oncluster/runner.py": "its own job's metadata from Ray's env var, the queue's admission keys merged in place; next",
     "oncluster/queuerequests.py": "a request's raw `after`, parsed strictly (bad JSON is refused, not read as none)",
     "oncluster/jobviews.py": "the head's list filter reads 3 keys of up to 100,000 records' metadata, none parsed whole",
     "door/routes/page.py": "the queue page's filter reads 2 keys of up to 10,000 waiting jobs' metadata, none parsed whole",

@@ -225,12 +225,12 @@ def test_only_a_resume_without_a_step_is_no_progress():
     from rayjobs.oncluster.runner import judge
 
     out = attemptlog.AttemptLog(total_steps=6, last_step=None, tail="")
-    assert judge(0, out, None, {}, []) is None  # a first attempt that trains nothing (an evaluation)
-    assert judge(0, out, 2, {}, []).kind == "no progress"
-    assert judge(0, out, 2, {}, ["trainer.val_only=true"]) is None
-    assert judge(0, attemptlog.AttemptLog(6, None, ""), 6, {}, []) is None  # resumed at the end: done
-    assert judge(0, attemptlog.AttemptLog(6, 3, ""), 2, {}, []) is None  # trained a step: progress
-    assert judge(0, attemptlog.AttemptLog(None, None, ""), 2, {}, []) is None  # not verl-like: exit 0 is all
+    assert judge(0, out, None, []) is None  # a first attempt that trains nothing (an evaluation)
+    assert judge(0, out, 2, []).kind == "no progress"
+    assert judge(0, out, 2, ["trainer.val_only=true"]) is None
+    assert judge(0, attemptlog.AttemptLog(6, None, ""), 6, []) is None  # resumed at the end: done
+    assert judge(0, attemptlog.AttemptLog(6, 3, ""), 2, []) is None  # trained a step: progress
+    assert judge(0, attemptlog.AttemptLog(None, None, ""), 2, []) is None  # not verl-like: exit 0 is all
 
 
 def test_what_a_failed_attempt_left_is_ended_before_the_retry(cluster, client, workdir):

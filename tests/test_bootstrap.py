@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -351,16 +352,18 @@ def test_connect_tunnels_through_ssh_and_is_reused(formed: Cluster) -> None:
         view = json.loads(r.stdout)
         assert len(view["nodes"]) == 3 and view["gpus"] == 3 * GPUS and view["gpus_free"] == 3 * GPUS
         assert [n["head"] for n in view["nodes"]] == [True, False, False]
-        # Per-node use from Ray's own metrics, through the tunnelled gateway (the laptop reaches no
-        # node's metrics port itself). Fake GPUs have no NVML: no GPU samples, said as "-".
-        assert rec["metrics"].startswith("http://127.0.0.1:") and view["metrics"] == f"gateway {rec['metrics']}"
+        # Per-node use from Ray's own metrics, read by the head (GET /v1/cluster through the tunnelled
+        # queue API: the laptop reaches no node's metrics port itself; the gateway stays tunnelled for
+        # Prometheus). Fake GPUs have no NVML: no GPU samples, said as "-".
+        assert rec["metrics"].startswith("http://127.0.0.1:")
+        assert re.fullmatch(r"(\d+) of \1 endpoint\(s\) scraped directly", view["metrics"]), view["metrics"]
         for n in view["nodes"]:
             assert n["use"]["mem_total"] > 0 and n["use"]["cpu_percent"] is not None and n["use"]["gpus"] == []
             assert n["versions"]["verl"] == view["client_versions"]["verl"]
         assert view["warnings"] == [], view["warnings"]
         human = laptop.run(cli + ["cluster"], env=env, timeout=120).stdout
         assert "3 node(s)" in human and "GPUs 0 used / 6 free / 6 total" in human, human
-        assert "versions: rayjobs" in human and "(every node)" in human and "metrics: gateway" in human, human
+        assert "versions: rayjobs" in human and "(every node)" in human and "endpoint(s) scraped directly" in human, human
         # Without the token the tunnel gets a 401, like anyone else.
         noauth = laptop.run([PY, "-c", f"import urllib.request as u\ntry: u.urlopen('{url}/api/jobs/')\n"
                              "except Exception as e: print(getattr(e, 'code', e))"])

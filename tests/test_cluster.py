@@ -267,13 +267,12 @@ ray_node_gram_available{{GpuDeviceName="NVIDIA H200",GpuIndex="1",IsHeadNode="fa
 def test_gpu_use_per_node_from_the_heads_real_metrics_plus_a_gpu_node(cluster: Any) -> None:
     """The embedded head's real exposition, merged with a GPU node's (Ray's names, labels and MiB
     units, as its reporter agent writes them for two H200s), parses into per-node use."""
-    from rayjobs.client import promscrape
-    from rayjobs.client.promscrape import per_node
+    from rayjobs.oncluster import promscrape
+    from rayjobs.oncluster.promscrape import per_node
+    from rayjobs.oncluster.raydash import RayDash
     from rayjobs.views.nodeuse import gpu_summary
 
-    from rayjobs.client.dashboard import Dashboard
-
-    texts = promscrape.scrape(Dashboard(cluster).metrics_endpoints())
+    texts = promscrape.scrape(RayDash(str(cluster.address), cluster.token).metrics_endpoints())
     assert texts and all(isinstance(t, str) for t in texts.values()), texts
     texts["10.0.0.9:8090"] = _GPU_LINES.format(ip="10.0.0.9")
     texts["10.0.0.8:8090"] = OSError("connection refused")  # a node that did not answer

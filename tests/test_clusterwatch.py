@@ -22,7 +22,7 @@ from queuefakes import FakeCluster  # noqa: E402
 from schedfakes import node  # noqa: E402
 from test_queueapi import Api  # noqa: E402
 
-from rayjobs.oncluster import capacity  # noqa: E402
+from rayjobs.contract import capacity  # noqa: E402
 from rayjobs.oncluster.clusterstate import Observed  # noqa: E402
 from rayjobs.oncluster.clusterwatch import ClusterWatch, Reading  # noqa: E402
 

@@ -70,6 +70,17 @@ def test_a_metadata_list_is_read_whole_or_not_at_all_and_none_is_not_given():
     assert JobMeta.from_ray({"run": None, "user": "u"}) == JobMeta(user="u")
 
 
+def test_metadata_merged_lays_rays_form_over_and_keeps_the_rest():
+    """The runner's admission keys (the queue's go file, Ray's form) over its job's metadata."""
+    m = JobMeta.from_ray({"run": "r", "gpu_groups": "[2, 2]", "job_submission_id": "j1", "warm": "0"})
+    got = m.merged({"admitted_at": "2026-12-01 10:00:00.000 UTC", "waited_s": "12.50", "max_retries": "x", "extra_k": "v",
+                    "user": None})
+    assert got.run == "r" and got.gpu_groups == (2, 2) and got.admitted_at.startswith("2026-12-01") and got.waited_s == "12.50"
+    assert got.max_retries == 0 and got.user == ""  # leniently read; None is not given
+    assert got.submission_id == "j1" == m.submission_id and got.extra == {"job_submission_id": "j1", "warm": "0", "extra_k": "v"}
+    assert JobMeta().submission_id == "" and "job_submission_id" not in JobMeta().to_ray()  # Ray's key, not rayjobs'
+
+
 def test_rays_status_word_is_read_once_and_shows_as_users_see_it():
     from enum import Enum
 

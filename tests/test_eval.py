@@ -207,9 +207,9 @@ def test_an_evaluation_that_resumed_its_own_run_is_still_a_success():
     from rayjobs.oncluster.runner import flag, judge
 
     out = attemptlog.AttemptLog(total_steps=10, last_step=4, tail="")
-    assert judge(0, out, 4, {}, ["trainer.resume_mode=resume_path", "trainer.val_only=true"]) is None
-    assert judge(0, out, 4, {}, ["++trainer.val_only='True'"]) is None
-    assert judge(0, out, 4, {}, ["trainer.val_only=true", "trainer.val_only=false"]).kind == "no progress"
+    assert judge(0, out, 4, ["trainer.resume_mode=resume_path", "trainer.val_only=true"]) is None
+    assert judge(0, out, 4, ["++trainer.val_only='True'"]) is None
+    assert judge(0, out, 4, ["trainer.val_only=true", "trainer.val_only=false"]).kind == "no progress"
     assert not flag(["trainer.val_only_x=true"], "trainer.val_only")
 
 

@@ -45,7 +45,7 @@ class GateCluster(FakeCluster):
         self.left: set[str] = set()
 
     def observe(self, running: Any) -> Observed:
-        from rayjobs.oncluster import capacity
+        from rayjobs.contract import capacity
 
         used = sum(r.req.gpus for i, r in running.items() if i not in self.left)
         n = self.nodes[0]

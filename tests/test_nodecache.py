@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from rayjobs.contract.meta import JobMeta
 from rayjobs.oncluster import nodecache, runner
 
 REPO = Path(__file__).resolve().parents[1]
@@ -41,7 +42,7 @@ def test_the_trainer_gets_every_cache_under_the_node_cache(tmp_path: Path, monke
     monkeypatch.chdir(tmp_path)
     probe = ("import json, os; json.dump({k: os.environ.get(k) for k in %r}, open('seen.json', 'w'))"
              % ((CACHES + ("PYTHONPYCACHEPREFIX",)),))
-    code = runner.run_attempts([sys.executable, "-c", probe], {}, _clean_env(RAYJOBS_NODE_CACHE=str(root)),
+    code = runner.run_attempts([sys.executable, "-c", probe], JobMeta(kind="command"), _clean_env(RAYJOBS_NODE_CACHE=str(root)),
                                str(tmp_path))
     assert code == 0, capsys.readouterr()
     seen = json.loads((tmp_path / "seen.json").read_text())
@@ -55,13 +56,13 @@ def test_the_trainer_gets_every_cache_under_the_node_cache(tmp_path: Path, monke
 
 def test_verl_actors_get_them_through_the_runtime_env(tmp_path: Path) -> None:
     root = tmp_path / "cache"
-    env, cmd = runner.attempt_env(["python3", "-m", "verl.trainer.main_ppo"], {"kind": "verl"},
+    env, cmd = runner.attempt_env(["python3", "-m", "verl.trainer.main_ppo"], JobMeta(kind="verl"),
                                   _clean_env(RAYJOBS_NODE_CACHE=str(root)), None, 0, 0)
     for var, sub in nodecache.NODE_CACHES.items():
         assert env[var] == str(root / sub)
         assert cmd.count(f"{RENV}.{var}='{root / sub}'") == 1
     # a job that is not verl's gets them in its environment only
-    env2, cmd2 = runner.attempt_env(["python3", "train.py"], {}, _clean_env(RAYJOBS_NODE_CACHE=str(root)), None, 0, 0)
+    env2, cmd2 = runner.attempt_env(["python3", "train.py"], JobMeta(kind="command"), _clean_env(RAYJOBS_NODE_CACHE=str(root)), None, 0, 0)
     assert env2["TRITON_CACHE_DIR"] == str(root / "triton") and cmd2 == ["python3", "train.py"]
 
 
@@ -69,7 +70,7 @@ def test_a_users_own_values_are_kept(tmp_path: Path) -> None:
     root = tmp_path / "cache"
     mine = str(tmp_path / "my-triton")
     argv = ["python3", "-m", "verl.trainer.main_ppo", f"{RENV}.VLLM_CACHE_ROOT=/scratch/vllm"]
-    env, cmd = runner.attempt_env(argv, {"kind": "verl"},
+    env, cmd = runner.attempt_env(argv, JobMeta(kind="verl"),
                                   _clean_env(RAYJOBS_NODE_CACHE=str(root), TRITON_CACHE_DIR=mine), None, 0, 0)
     assert env["TRITON_CACHE_DIR"] == mine
     assert not any(a.startswith(f"{RENV}.TRITON_CACHE_DIR=") for a in cmd)
@@ -81,14 +82,14 @@ def test_a_users_own_values_are_kept(tmp_path: Path) -> None:
 
 def test_off_default_and_byte_code(tmp_path: Path, monkeypatch) -> None:
     for off in ("off", "0", ""):
-        env, cmd = runner.attempt_env(["python3", "-m", "verl.trainer.main_ppo"], {"kind": "verl"},
+        env, cmd = runner.attempt_env(["python3", "-m", "verl.trainer.main_ppo"], JobMeta(kind="verl"),
                                       _clean_env(RAYJOBS_NODE_CACHE=off), None, 0, 0)
         assert not any(v in env for v in CACHES) and not any(".env_vars." in a for a in cmd)
     monkeypatch.setattr(nodecache, "NODE_CACHE_DEFAULT", str(tmp_path / "default"))
-    env, _ = runner.attempt_env(["x"], {}, _clean_env(), None, 0, 0)
+    env, _ = runner.attempt_env(["x"], JobMeta(kind="command"), _clean_env(), None, 0, 0)
     assert env["VLLM_CACHE_ROOT"] == str(tmp_path / "default" / "vllm")
     assert nodecache.NODE_CACHE_ENV not in env   # the default is not written back into the job's env
-    env, cmd = runner.attempt_env(["python3", "-m", "verl.trainer.main_ppo"], {"kind": "verl"},
+    env, cmd = runner.attempt_env(["python3", "-m", "verl.trainer.main_ppo"], JobMeta(kind="verl"),
                                   _clean_env(RAYJOBS_NODE_CACHE_PYC="1"), None, 0, 0)
     assert env["PYTHONPYCACHEPREFIX"] == str(tmp_path / "default" / "pyc")
     assert f"{RENV}.PYTHONPYCACHEPREFIX='{tmp_path / 'default' / 'pyc'}'" in cmd
@@ -112,7 +113,7 @@ def test_byte_code_goes_into_the_node_cache_where_the_job_may_not_write_it(
         tmp_path: Path, base: dict, argv_extra: list, want_env: dict, want_cmd: dict) -> None:
     root = tmp_path / "cache"
     base = {"RAYJOBS_NODE_CACHE": str(root), **base}
-    env, cmd = runner.attempt_env(VERL + argv_extra, {"kind": "verl"}, _clean_env(**base), None, 0, 0)
+    env, cmd = runner.attempt_env(VERL + argv_extra, JobMeta(kind="verl"), _clean_env(**base), None, 0, 0)
     for var, value in want_env.items():
         assert env.get(var) == (value.replace("<root>", str(root)) if value is not None else None), var
     passed = {a.partition("=")[0].rpartition(".")[2]: a.partition("=")[2] for a in cmd if ".env_vars." in a}
@@ -127,7 +128,7 @@ def test_verls_hydra_reads_the_overrides_as_the_runner_means_them(tmp_path: Path
     """The empty value must reach verl's ``ray.init`` as ``""`` (unset for Python), not as null or ``"''"``."""
     parser = pytest.importorskip("hydra.core.override_parser.overrides_parser").OverridesParser.create()
     root = tmp_path / "cache"
-    _, cmd = runner.attempt_env(VERL, {"kind": "verl"}, _clean_env(RAYJOBS_NODE_CACHE=str(root), **{NO_PYC: "1"}),
+    _, cmd = runner.attempt_env(VERL, JobMeta(kind="verl"), _clean_env(RAYJOBS_NODE_CACHE=str(root), **{NO_PYC: "1"}),
                                 None, 0, 0)
     got = {o.key_or_group: o.value() for o in parser.parse_overrides([a for a in cmd if ".env_vars." in a])}
     key = RENV.lstrip("+") + "."
@@ -143,7 +144,7 @@ def _import_in_a_child(tmp_path: Path, base: dict[str, str]) -> dict:
     probe = ("import json, sys; sys.path.insert(0, %r); import fresh_mod; "
              "json.dump({'prefix': sys.pycache_prefix, 'dont_write': sys.flags.dont_write_bytecode, "
              "'value': fresh_mod.VALUE}, open('seen.json', 'w'))" % str(src))
-    code = runner.run_attempts([sys.executable, "-c", probe], {}, _clean_env(**base), str(tmp_path))
+    code = runner.run_attempts([sys.executable, "-c", probe], JobMeta(kind="command"), _clean_env(**base), str(tmp_path))
     assert code == 0
     return json.loads((tmp_path / "seen.json").read_text())
 
@@ -171,7 +172,7 @@ def test_a_real_child_writes_byte_code_under_the_prefix(tmp_path: Path, monkeypa
 def test_an_unwritable_node_cache_leaves_the_defaults(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    env, cmd = runner.attempt_env(["python3", "-m", "verl.trainer.main_ppo"], {"kind": "verl"},
+    env, cmd = runner.attempt_env(["python3", "-m", "verl.trainer.main_ppo"], JobMeta(kind="verl"),
                                   _clean_env(RAYJOBS_NODE_CACHE=str(blocker / "cache")), None, 0, 0)
     assert not any(v in env for v in CACHES) and not any(".env_vars." in a for a in cmd)
 

@@ -1,8 +1,8 @@
-"""Per-node fit (rayjobs.oncluster.capacity), the queue's ordering and its views as rows, without a cluster."""
+"""Per-node fit (rayjobs.contract.capacity), the queue's ordering and its views as rows, without a cluster."""
 
-from rayjobs.oncluster import capacity
+from rayjobs.contract import capacity
 from rayjobs.oncluster import request
-from rayjobs.oncluster.capacity import FITS, NEVER, WAIT, Node
+from rayjobs.contract.capacity import FITS, NEVER, WAIT, Node
 
 
 def nodes(*shape):

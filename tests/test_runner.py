@@ -8,6 +8,7 @@ load libtorch_cpu.so"). The runner now starts every attempt in the directory nam
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -17,6 +18,7 @@ import pytest
 
 from conftest import wait_until
 
+from rayjobs.contract.meta import JobMeta
 from rayjobs.oncluster import runner
 
 PROBE = "import os; open('started-here', 'w').write(os.getcwd())"
@@ -45,7 +47,7 @@ def test_trainer_starts_in_a_working_dir_unpacked_again(tmp_path: Path, monkeypa
     except FileNotFoundError:
         pass
 
-    code = runner.run_attempts([sys.executable, "-c", PROBE], {}, dict(os.environ), workdir)
+    code = runner.run_attempts([sys.executable, "-c", PROBE], JobMeta(kind="command"), dict(os.environ), workdir)
     assert code == 0, capsys.readouterr()
     assert (job_dir / "started-here").read_text() == str(job_dir)
     assert "unpacked again while this job waited" in capsys.readouterr().out
@@ -67,7 +69,7 @@ def test_trainer_waits_for_a_working_dir_being_unpacked(tmp_path: Path, monkeypa
     job_dir, workdir = _enter_job_dir(tmp_path, monkeypatch)
     shutil.rmtree(job_dir)   # Ray's unpack: rmtree first, then unzip
     threading.Timer(0.5, job_dir.mkdir).start()
-    code = runner.run_attempts([sys.executable, "-c", PROBE], {}, dict(os.environ), workdir)
+    code = runner.run_attempts([sys.executable, "-c", PROBE], JobMeta(kind="command"), dict(os.environ), workdir)
     assert code == 0
     assert (job_dir / "started-here").read_text() == str(job_dir)
     assert "is gone; waiting" in capsys.readouterr().out
@@ -179,7 +181,7 @@ def test_the_attempt_line_counts_as_status_does(tmp_path: Path, capsys) -> None:
     the run's attempt 2 after a head restart, while `status` said attempt 2/2)."""
     once = tmp_path / "failed-once"
     crash_once = f"import os, sys; p = {str(once)!r}; (open(p, 'w'), sys.exit(3)) if not os.path.exists(p) else None"
-    meta = {"run_dir": str(tmp_path / "run"), "run": "r1", "max_retries": "1"}
+    meta = JobMeta(kind="command", run_dir=str(tmp_path / "run"), run="r1", max_retries=1)
     code = runner.run_attempts([sys.executable, "-c", crash_once], meta, dict(os.environ), str(tmp_path))
     out = capsys.readouterr().out
     lines = [ln for ln in out.splitlines() if "[rayjobs] attempt" in ln and "of run" in ln]
@@ -194,3 +196,21 @@ def test_the_attempt_line_counts_as_status_does(tmp_path: Path, capsys) -> None:
     recs = StepRecords("j", clock=lambda: 4e9).feed("\n".join(lines))  # read "later" than either line
     assert [(r["event"], r["ts_source"]) for r in recs] == [("attempt_started", "log")] * 2, recs
     assert recs[0]["ts"] <= recs[1]["ts"] < "2100", recs
+
+
+def test_the_runner_reads_its_metadata_through_jobmeta(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ray's env var, typed: the job's id (Ray's key), its GPU groups described; a job whose
+    metadata names no kind (not rayjobs') runs its command as given (no verl overrides)."""
+    meta = {"kind": "verl", "gpu_groups": "[1, 1]", "job_submission_id": "j7", "max_retries": "2", "run": "r"}
+    monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", json.dumps({"metadata": meta}))
+    m = runner.job_metadata()
+    assert (m.submission_id, m.kind, m.max_retries, m.run) == ("j7", "verl", 2, "r")
+    assert runner.describe_demand(m) == "2 groups of 1 GPU + 3 CPU, each on one node"
+    env, cmd = runner.attempt_env(["python3", "-m", "verl.trainer.main_ppo"], m, {}, None, 0, 0)
+    assert env["RAYJOBS_JOB"] == "j7" and any(a.endswith("RAYJOBS_JOB='j7'") for a in cmd)
+    monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", json.dumps({"metadata": {"job_submission_id": "raw"}}))
+    m = runner.job_metadata()
+    assert m.kind == "command" and runner.describe_demand(m) == "no GPUs"
+    assert runner.attempt_env(["python3", "train.py"], m, {}, None, 0, 0)[1] == ["python3", "train.py"]
+    monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", "not json")
+    assert runner.job_metadata().submission_id == ""

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from conftest import FakeGpuCluster, cli_json, cli_on, log_of, send_on, view, wait_done, wait_until
 
+from rayjobs.contract.meta import JobMeta
 from rayjobs.oncluster import checkpointwatch
 
 ONE = ("trainer.nnodes=1", "trainer.n_gpus_per_node=1", "+fake.hold_gpus=true")
@@ -365,7 +366,7 @@ def test_a_fired_stop_ends_the_trainer_at_once_and_the_runner_then_waits_for_ray
     ckpt, run = tmp_path / "ckpt", tmp_path / "run"
     ckpt.mkdir()
     (ckpt / checkpointwatch.TRACKER).write_text("4")
-    meta = {"job_submission_id": "j", "checkpoint_dir": str(ckpt), "run_dir": str(run)}
+    meta = JobMeta.from_ray({"job_submission_id": "j", "checkpoint_dir": str(ckpt), "run_dir": str(run)})
     monkeypatch.setattr(runner, "STARTED_AT", time.time() - 1)
     checkpointwatch.ask_stop(run, "j", 60, reason="halved at step 4", at_step=4)
     t = time.monotonic()

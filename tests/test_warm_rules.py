@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import shlex
 
-from rayjobs.oncluster import capacity, scheduler, warmth
+from rayjobs.contract import capacity
+from rayjobs.oncluster import scheduler, warmth
 from rayjobs.oncluster.warmth import Admitted, Rules, WarmEngine
 
 RUNNER = "python3 -m rayjobs.oncluster.runner -- python3 -m verl.trainer.main_ppo"

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from rayjobs.contract.meta import JobMeta
 from rayjobs.oncluster import runner, warmstamps
 
 REPO = Path(__file__).resolve().parents[1]
@@ -28,24 +29,24 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def test_off_unless_the_job_asks() -> None:
-    env, cmd = runner.attempt_env(VERL, {"kind": "verl"}, _env(), None, 0, 0)
+    env, cmd = runner.attempt_env(VERL, JobMeta(kind="verl"), _env(), None, 0, 0)
     assert not [a for a in cmd if "setup_hook" in a or "VLLM_LOGGING_LEVEL" in a]
     assert env.get("RAY_DEDUP_LOGS_ALLOW_REGEX") == os.environ.get("RAY_DEDUP_LOGS_ALLOW_REGEX")
-    _, cmd = runner.attempt_env(VERL, {"kind": "verl"}, _env(RAYJOBS_STAMPS="0"), None, 0, 0)
+    _, cmd = runner.attempt_env(VERL, JobMeta(kind="verl"), _env(RAYJOBS_STAMPS="0"), None, 0, 0)
     assert not [a for a in cmd if "setup_hook" in a]
 
 
 def test_on_for_verls_actors(capsys) -> None:
-    env, cmd = runner.attempt_env(VERL, {"kind": "verl"}, _env(RAYJOBS_STAMPS="1"), None, 0, 0)
+    env, cmd = runner.attempt_env(VERL, JobMeta(kind="verl"), _env(RAYJOBS_STAMPS="1"), None, 0, 0)
     assert cmd[-2:] == [HOOK, INFO]
     # Ray's driver would fold the stamps of several processes into one "[repeated Nx]" line
     assert env["RAY_DEDUP_LOGS_ALLOW_REGEX"] == r"\[rayjobs-stamp\]"
-    env, _ = runner.attempt_env(VERL, {"kind": "verl"}, _env(RAYJOBS_STAMPS="1", RAY_DEDUP_LOGS_ALLOW_REGEX="mine"),
+    env, _ = runner.attempt_env(VERL, JobMeta(kind="verl"), _env(RAYJOBS_STAMPS="1", RAY_DEDUP_LOGS_ALLOW_REGEX="mine"),
                                 None, 0, 0)
     assert env["RAY_DEDUP_LOGS_ALLOW_REGEX"] == r"mine|\[rayjobs-stamp\]"
     assert "[rayjobs] start-up stamps: worker_process_setup_hook, VLLM_LOGGING_LEVEL" in capsys.readouterr().out
     # not a verl job: its command is its own
-    _, cmd = runner.attempt_env(["python3", "train.py"], {}, _env(RAYJOBS_STAMPS="1"), None, 0, 0)
+    _, cmd = runner.attempt_env(["python3", "train.py"], JobMeta(kind="command"), _env(RAYJOBS_STAMPS="1"), None, 0, 0)
     assert cmd == ["python3", "train.py"]
 
 

@@ -299,13 +299,6 @@ class Dashboard:
         doc = self.get_json("/api/v0/nodes", {"detail": "true", "limit": 10000})
         return [r for r in doc["data"]["result"]["result"] if str(r.get("state")) == "ALIVE"]
 
-    def metrics_endpoints(self) -> list[str]:
-        """Every node's Prometheus endpoint, ``host:port`` (``/api/prometheus/sd``: Ray's HTTP service
-        discovery for Prometheus, served by the dashboard's ReportHead)."""
-        from rayjobs.client.promscrape import SD_PATH, targets
-
-        return targets(self.get_json(SD_PATH))
-
     def resource_use(self) -> dict[str, dict[str, list[float]]]:
         """Per node id, ``{"GPU": [used, total], "CPU": [used, total], ...}`` (``/api/cluster_status``)."""
         doc = self.get_json("/api/cluster_status", {"format": 0})

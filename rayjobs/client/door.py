@@ -158,9 +158,6 @@ class Door(QueueAPI):
     def metrics(self, job_id: str) -> wire.Metrics:
         return wire.from_json(wire.Metrics, self.call("GET", f"/jobs/{job_id}/metrics"))
 
-    def cluster(self) -> wire.ClusterInfo:
-        return wire.from_json(wire.ClusterInfo, self.call("GET", "/cluster"))
-
     def log(self, job_id: str, tail: Optional[int] = None) -> Iterator[bytes]:
         """A job's driver log as it is now (``tail``: its last N lines), in chunks."""
         params = {"tail": tail} if tail is not None and tail >= 0 else None

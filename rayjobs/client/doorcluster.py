@@ -7,7 +7,7 @@ when the target is a login (``rayjobs login``, ``RAYJOBS_URL``). The commands ke
 ``.queue`` is the :class:`~rayjobs.client.door.Door`; a log is read through ``GET /v1/jobs/{id}/log``
 (the head reads Ray's file locally); the nodes and their use through ``GET /v1/cluster``. What
 only Ray's dashboard could do (a node's log file, Ray's
-Jobs SDK, a node's Prometheus endpoints) fails in one line (:class:`DoorOnly`, exit 2).
+Jobs SDK) fails in one line (:class:`DoorOnly`, exit 2).
 """
 
 from __future__ import annotations
@@ -131,9 +131,6 @@ class DoorCluster:
 
     def submit(self, kwargs: Any) -> str:
         raise _needs_dashboard("submitting to Ray's Jobs API directly")
-
-    def metrics_endpoints(self) -> list[str]:
-        raise _needs_dashboard("reading the nodes' Prometheus endpoints")
 
     def get(self, path: str, *args: Any, **kwargs: Any) -> Any:
         raise _needs_dashboard(f"GET {path}")

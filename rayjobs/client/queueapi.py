@@ -154,6 +154,10 @@ class QueueAPI:
         """``GET /v1/usage`` (``user``, ``sweep``, ``since``: epoch s)."""
         return _parsed(wire.UsageReply, self.call("GET", "/usage", params={k: v for k, v in filters.items() if v is not None}))
 
+    def cluster(self) -> wire.ClusterInfo:
+        """``GET /v1/cluster``: the nodes, their use and versions as the head reads them."""
+        return wire.from_json(wire.ClusterInfo, self.call("GET", "/cluster"))
+
     def has_code(self, key: str) -> bool:
         try:
             self.call("GET", f"/code/{key}")

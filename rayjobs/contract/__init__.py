@@ -10,5 +10,6 @@ Both sides import it, so it imports nothing but the standard library and itself:
 * :mod:`~rayjobs.contract.files` -- the one atomic write;
 * :mod:`~rayjobs.contract.ids` -- the one id/prefix resolution;
 * :mod:`~rayjobs.contract.names` -- the one did-you-mean;
-* :mod:`~rayjobs.contract.target` -- which cluster to talk to, and how.
+* :mod:`~rayjobs.contract.target` -- which cluster to talk to, and how;
+* :mod:`~rayjobs.contract.capacity` -- per-node fit of GPU groups (the queue admits by it, preflight refuses by it).
 """

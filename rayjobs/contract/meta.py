@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional
 if TYPE_CHECKING:
     from rayjobs.contract.halving import Halving
 
+#: The key Ray's job supervisor adds to the metadata a driver gets: the job's submission id.
+RAY_ID_KEY = "job_submission_id"
 #: Keys that hold JSON lists in Ray's metadata.
 _JSON_LISTS = ("overrides", "sweep_overrides", "after", "gpu_groups")
 #: Keys written as "1"/"0".
@@ -75,6 +77,12 @@ class JobMeta:
 
         return Halving.from_json(self.halving)
 
+    @property
+    def submission_id(self) -> str:
+        """The job's Ray id, as Ray's job supervisor adds it to the metadata the driver gets
+        (``RAY_JOB_CONFIG_JSON_ENV_VAR``; a key of Ray's, not written by rayjobs: kept in :attr:`extra`)."""
+        return str(self.extra.get(RAY_ID_KEY, ""))
+
     def submitted_ts(self) -> float:
         """``submitted_at`` as epoch seconds (0.0 when absent or unreadable)."""
         try:
@@ -106,6 +114,15 @@ class JobMeta:
             out[f.name] = _format(f.name, v)
         out.update({k: v for k, v in self.extra.items() if k not in out})
         return out
+
+    def merged(self, metadata: Mapping[str, Any]) -> "JobMeta":
+        """This metadata with the keys of ``metadata`` (Ray's form) laid over it, each parsed as
+        :meth:`from_ray` parses it; the others kept as they are (the runner takes the queue's
+        admission keys this way)."""
+        over = JobMeta.from_ray(metadata)
+        given = {f.name: getattr(over, f.name) for f in fields(self)
+                 if f.name != "extra" and metadata.get(f.name) is not None}
+        return replace(self, **given, extra={**self.extra, **over.extra})
 
     def with_(self, **changes: Any) -> "JobMeta":
         """A copy with ``changes`` (field names; typed values)."""

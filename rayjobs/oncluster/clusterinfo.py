@@ -35,14 +35,14 @@ def node_info(n: dict[str, Any], use: dict[str, list[float]], metrics: Optional[
 def cluster_info(dash: Any, summary: dict[str, Any], health: dict[str, Any]) -> dict[str, Any]:
     """(a worker thread) The :class:`~rayjobs.contract.wire.ClusterInfo` answer. Raises the
     dashboard's one-line error when it does not answer (the route's 500 says so)."""
-    from rayjobs.client import promscrape
+    from rayjobs.oncluster import promscrape
 
     if dash is None:  # in-process (no Ray): the queue's own word only
         return {"ray_version": "", "session": health.get("session", ""), "rayjobs": __version__,
                 "verl": health.get("verl", ""), "nodes": [], "queue": summary, "metrics": "no dashboard"}
     version = dash.version()
     nodes, use = dash.nodes(), dash.resource_use()
-    fams, source = promscrape.read_cluster(dash, None)
+    fams, source = promscrape.read_cluster(dash)
     metrics = promscrape.per_node(fams)
     rows = [node_info(n, use.get(str(n.get("node_id")), {}), metrics.get(str(n.get("node_ip"))))
             for n in nodes if str(n.get("state")) == "ALIVE" or n.get("is_head_node")]

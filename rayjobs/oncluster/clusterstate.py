@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
-from rayjobs.oncluster import capacity
+from rayjobs.contract import capacity
 
 
 def drivers(submission_id: str) -> Optional[dict[str, bool]]:

@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence, Union
 
-from rayjobs.oncluster import capacity, halving, warmth
+from rayjobs.contract import capacity
+from rayjobs.oncluster import halving, warmth
 
 
 # --------------------------------------------------------------------------- inputs

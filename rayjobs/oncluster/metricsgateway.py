@@ -6,7 +6,7 @@ the cluster only through an SSH tunnel to the head's loopback, so this small ser
 the node script on the head (``bootstrap/ray_node.py``), listens on ``127.0.0.1:$RAYJOBS_METRICS_PORT``
 (8264) only and answers (FastAPI on uvicorn, described at ``GET /openapi.json``):
 
-* ``GET /metrics``: every node's exposition merged into one (:func:`rayjobs.client.promscrape.merge`;
+* ``GET /metrics``: every node's exposition merged into one (:func:`rayjobs.oncluster.promscrape.merge`;
   Ray's samples carry the node's ``ip``), plus ``rayjobs_metrics_target_up{target=...}`` per node;
   a Prometheus with ``honor_labels: true`` takes it as it is, and Ray's Grafana dashboards work on it;
 * ``GET /targets``: the endpoints it scrapes (JSON); ``GET /-/healthy``: ``ok``.
@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from rayjobs.client import promscrape
+from rayjobs.oncluster import promscrape
 
 #: Seconds a scrape (and the endpoint list) is reused.
 SCRAPE_CACHE_S = 1.0

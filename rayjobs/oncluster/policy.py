@@ -27,7 +27,7 @@ import math
 import os
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
-from rayjobs.oncluster import capacity
+from rayjobs.contract import capacity
 
 QUOTA_ENV = "RAYJOBS_QUOTA_GPUS"
 

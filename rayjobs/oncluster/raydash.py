@@ -191,6 +191,6 @@ class RayDash:
 
     def metrics_endpoints(self) -> list[str]:
         """Every node's Prometheus endpoint, ``host:port`` (Ray's service discovery for Prometheus)."""
-        from rayjobs.client.promscrape import SD_PATH, targets
+        from rayjobs.oncluster.promscrape import SD_PATH, targets
 
         return targets(self.get_json(SD_PATH))

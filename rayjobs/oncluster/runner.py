@@ -29,20 +29,27 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from rayjobs.contract import paths
+from rayjobs.contract import capacity, paths
+from rayjobs.contract.meta import JobMeta
 from rayjobs.oncluster import attemptlog, checkpointwatch, failurecause, nodecache, raysession, warmstamps, warmth
 from rayjobs.oncluster.checkpointwatch import CheckpointWatch
 from rayjobs.oncluster.failurecause import Cause
 from rayjobs.shared import JOB_MARK_ENV, STANDBY_GO_ENV, stamp
 
 
-def job_metadata() -> dict[str, Any]:
-    """This job's metadata as submitted (empty outside a Ray job)."""
+def job_metadata() -> JobMeta:
+    """This job's metadata as submitted, with Ray's own ``job_submission_id`` (none outside a Ray job).
+
+    A job whose metadata names no ``kind`` (not one rayjobs submitted: rayjobs always writes it)
+    runs its command as given, without verl's overrides: JobMeta's default kind is for the queue's
+    records, all rayjobs'.
+    """
     raw = os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR", "{}")
     try:
-        return dict(json.loads(raw).get("metadata") or {})
-    except ValueError:
-        return {}
+        given = dict(json.loads(raw).get("metadata") or {})
+    except (ValueError, AttributeError):
+        given = {}
+    return JobMeta.from_ray({"kind": "command", **given})
 
 
 def next_attempt(run_dir: Path) -> int:
@@ -115,9 +122,9 @@ def stop_own_job(job_id: str) -> bool:
         return False
 
 
-def watch_checkpoints(meta: dict[str, Any], proc: subprocess.Popen, metrics: Optional[Path] = None) -> CheckpointWatch:
+def watch_checkpoints(meta: JobMeta, proc: subprocess.Popen, metrics: Optional[Path] = None) -> CheckpointWatch:
     """The attempt's checkpoint watch (:mod:`rayjobs.oncluster.checkpointwatch`), started."""
-    job_id = str(meta.get("job_submission_id") or "")
+    job_id = meta.submission_id
 
     def stop(_reason: str) -> bool:
         # the trainer stops now, not once Ray's stop (an HTTP call, slow on a loaded head) reaches it;
@@ -128,7 +135,8 @@ def watch_checkpoints(meta: dict[str, Any], proc: subprocess.Popen, metrics: Opt
             pass
         return stop_own_job(job_id)
 
-    run_dir = Path(meta["run_dir"]) if meta.get("run_dir") else None
+    run_dir = Path(meta.run_dir) if meta.run_dir else None
+
     def ready() -> None:
         def build() -> None:
             try:
@@ -140,7 +148,7 @@ def watch_checkpoints(meta: dict[str, Any], proc: subprocess.Popen, metrics: Opt
         # the watch must keep looking for the checkpoint the stop waits for meanwhile
         threading.Thread(target=build, name="rayjobs-head-client", daemon=True).start()
 
-    return CheckpointWatch(meta.get("checkpoint_dir"), run_dir, job_id, log, stop, STARTED_AT, ready, metrics).start()
+    return CheckpointWatch(meta.checkpoint_dir or None, run_dir, job_id, log, stop, STARTED_AT, ready, metrics).start()
 
 
 class Attempt:
@@ -165,7 +173,7 @@ def await_ray_stop(max_s: float = RAY_STOP_WAIT_S) -> None:
 
 
 def run_attempt(cmd: list[str], env: dict[str, str], cwd: Optional[str] = None,
-                meta: Optional[dict[str, Any]] = None) -> Attempt:
+                meta: Optional[JobMeta] = None) -> Attempt:
     """Run one attempt in ``cwd`` (a path): its exit code and whether a stop reached this runner.
 
     The trainer starts in the working dir named by path, not in the directory this process
@@ -232,20 +240,20 @@ def main(argv: Optional[list[str]] = None) -> int:
                 return SESSION_GONE
             log(f"not admitted within {STANDBY_MAX_S:g} s of being pre-started; the queue starts it again when it fits")
             return STANDBY_EXPIRED
-        meta.update(admission)
-    if meta.get("admitted_at"):
-        note = f" ({meta['admission_note']})" if meta.get("admission_note") else ""
+        meta = meta.merged(admission)  # the queue's admission keys, as its go file carries them
+    if meta.admitted_at:
+        note = f" ({meta.admission_note})" if meta.admission_note else ""
         # two times: the queue's decision, and this runner's own start (Ray's job start in between)
-        log(f"admitted after {meta.get('waited_s', '?')} s at {meta['admitted_at']}, running from {stamp()}: "
+        log(f"admitted after {meta.waited_s or '?'} s at {meta.admitted_at}, running from {stamp()}: "
             f"{describe_demand(meta)}{note}")
     code = run_attempts(argv, meta, base_env, start_dir())
     keep_log(meta)
     return code
 
 
-def keep_log(meta: dict[str, Any]) -> None:
+def keep_log(meta: JobMeta) -> None:
     """The end of this job's log, kept on the storage root: it outlives the head's Ray session."""
-    attemptlog.keep_tail(attemptlog.own_log(), meta.get("run_dir"), str(meta.get("job_submission_id") or ""))
+    attemptlog.keep_tail(attemptlog.own_log(), meta.run_dir or None, meta.submission_id)
 
 
 #: A pre-started runner gives up after this long (the queue then starts the job cold at admission).
@@ -292,22 +300,16 @@ def hold_for_admission(go: Path, max_s: float = STANDBY_MAX_S) -> Optional[dict[
     return None
 
 
-def describe_demand(meta: dict[str, Any]) -> str:
+def describe_demand(meta: JobMeta) -> str:
     """``2 groups of 1 GPU + 3 CPU, each on one node`` (or ``no GPUs``), from the job's metadata."""
-    from rayjobs.oncluster import capacity
-
-    try:
-        groups = capacity.clean_groups(json.loads(meta.get("gpu_groups") or "[]"))
-    except (TypeError, ValueError):
-        groups = []
-    return capacity.describe(groups) if groups else "no GPUs"
+    return capacity.describe(list(meta.gpu_groups)) if meta.gpu_groups else "no GPUs"
 
 
 #: However often the budget is reset by new checkpoints, a job has at most this many attempts.
 MAX_ATTEMPTS = int(os.environ.get("RAYJOBS_MAX_ATTEMPTS", 100))
 
 
-def run_attempts(argv: list[str], meta: dict[str, Any], base_env: dict[str, str],
+def run_attempts(argv: list[str], meta: JobMeta, base_env: dict[str, str],
                  workdir: Optional[str] = None) -> int:
     """The attempts of one job, each started in ``workdir``; the exit code to report.
 
@@ -317,8 +319,8 @@ def run_attempts(argv: list[str], meta: dict[str, Any], base_env: dict[str, str]
     saved a new checkpoint resets that budget (it made progress: the next failure is a new one).
     Each failure's cause is logged in one line (``attempt N failed: <cause>``), the views show it.
     """
-    retries = int(meta.get("max_retries", "0") or 0)
-    run_dir = Path(meta["run_dir"]) if meta.get("run_dir") else None
+    retries = meta.max_retries
+    run_dir = Path(meta.run_dir) if meta.run_dir else None
     try:
         argv = resolve_latest(argv)
     except LookupError as e:
@@ -335,13 +337,13 @@ def run_attempts(argv: list[str], meta: dict[str, Any], base_env: dict[str, str]
                 await_ray_stop()
             return exit_code(att.code)
         metrics = Path(env["VERL_FILE_LOGGER_PATH"]) if "VERL_FILE_LOGGER_PATH" in env else None
-        cause = judge(att.code, attemptlog.read_attempt(driver_log, log_start, metrics), start_ckpt, meta, argv)
+        cause = judge(att.code, attemptlog.read_attempt(driver_log, log_start, metrics), start_ckpt, argv)
         if cause is None:
             return 0
         log(f"attempt {env.get('RAYJOBS_ATTEMPT', n)} failed: {cause.line()}")
         if not cause.retry:
             return fail(cause, "not retried: a new attempt would fail the same way")
-        saved = checkpointwatch.saved_step(meta.get("checkpoint_dir"))
+        saved = checkpointwatch.saved_step(meta.checkpoint_dir or None)
         if saved is not None and saved != start_ckpt and used:
             log(f"new checkpoint (step {saved}) since the last failure: the retry budget starts again ({retries})")
             used = 0
@@ -352,7 +354,7 @@ def run_attempts(argv: list[str], meta: dict[str, Any], base_env: dict[str, str]
             log(f"not retried here: this job's Ray session is gone (the head's Ray restarted); {REQUEUED}")
             return SESSION_GONE
         used += 1
-        reap_before_retry(str(meta.get("job_submission_id") or ""))
+        reap_before_retry(meta.submission_id)
         log(f"retrying ({used}/{retries}); verl resumes from the checkpoint dir (resume_mode=auto)")
     return fail(Cause("error", False, f"{MAX_ATTEMPTS} attempts"), "RAYJOBS_MAX_ATTEMPTS reached")
 
@@ -385,7 +387,7 @@ def resolve_latest(argv: list[str]) -> list[str]:
     return out
 
 
-def attempt_env(argv: list[str], meta: dict[str, Any], base_env: dict[str, str], run_dir: Optional[Path],
+def attempt_env(argv: list[str], meta: JobMeta, base_env: dict[str, str], run_dir: Optional[Path],
                 used: int, retries: int) -> tuple[dict[str, str], list[str]]:
     """The environment and command of the next attempt (its own metrics file, the job's mark)."""
     env, cmd = dict(base_env), list(argv)
@@ -398,21 +400,21 @@ def attempt_env(argv: list[str], meta: dict[str, Any], base_env: dict[str, str],
         env["RAYJOBS_ATTEMPT"] = str(attempt)
         left = retries - used  # the run's attempts count as `status` counts them; this says what is left
         # its own time stamp: `tail --json` orders the attempt's event by it, not by when it was read
-        log(f"attempt {attempt} of run {meta.get('run', '?')} at {stamp()} ({left} retr{'y' if left == 1 else 'ies'} "
+        log(f"attempt {attempt} of run {meta.run or '?'} at {stamp()} ({left} retr{'y' if left == 1 else 'ies'} "
             f"left; metrics: {env['VERL_FILE_LOGGER_PATH']})")
-    job_id = str(meta.get("job_submission_id") or "")
+    job_id = meta.submission_id
     if job_id:
         env[JOB_MARK_ENV] = job_id
     caches = nodecache.node_cache_env(base_env, argv)
     env.update(caches)
     env.update(warmstamps.driver_env(base_env))
-    warm = warmth.key_of(shlex.join(argv), verl=meta.get("kind") == "verl", warm=not warmth.opted_out(meta))
+    warm = warmth.key_of(shlex.join(argv), verl=meta.kind == "verl", warm=not warmth.opted_out(meta.extra))
     if warm:  # the job's warm-engine key (issue 50): what its rollout may attach to, or keep
         env[warmth.KEY_ENV] = warm
     if caches:
         log(f"node cache {env.get(nodecache.NODE_CACHE_ENV, nodecache.NODE_CACHE_DEFAULT)}: "
             f"{', '.join(var if value else f'{var}=' for var, value in caches.items())}")
-    if meta.get("kind") == "verl":
+    if meta.kind == "verl":
         # verl's actors (its file logger in TaskRunner, vLLM in the rollout workers) get their
         # environment from the runtime_env verl passes to ray.init, not from this driver's.
         renv = "++ray_kwargs.ray_init.runtime_env.env_vars"
@@ -443,15 +445,14 @@ def reap_before_retry(job_id: str) -> None:
         log(f"ended before the next attempt: {line}")
 
 
-def checkpoint_before(meta: dict[str, Any]) -> Optional[int]:
+def checkpoint_before(meta: JobMeta) -> Optional[int]:
     """The step an attempt resumes from; a half-written newer save is moved aside first."""
-    for moved in checkpointwatch.set_aside_incomplete(meta.get("checkpoint_dir")):
+    for moved in checkpointwatch.set_aside_incomplete(meta.checkpoint_dir or None):
         log(f"a checkpoint save was cut off: moved {moved} (the tracker names the last complete one)")
-    return checkpointwatch.saved_step(meta.get("checkpoint_dir"))
+    return checkpointwatch.saved_step(meta.checkpoint_dir or None)
 
 
-def judge(code: int, out: attemptlog.AttemptLog, start_ckpt: Optional[int], meta: dict[str, Any],
-          argv: list[str]) -> Optional[Cause]:
+def judge(code: int, out: attemptlog.AttemptLog, start_ckpt: Optional[int], argv: list[str]) -> Optional[Cause]:
     """None if the attempt succeeded; else why it failed.
 
     Exit 0 is a success unless the trainer resumed from a checkpoint and exited without a step,

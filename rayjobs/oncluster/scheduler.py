@@ -35,8 +35,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
+from rayjobs.contract import capacity
 from rayjobs.contract.status import Status
-from rayjobs.oncluster import capacity, halving, policy as team, warmth
+from rayjobs.oncluster import halving, policy as team, warmth
 from rayjobs.oncluster.decision import (  # noqa: F401  (the rules' inputs and answers, by their usual names)
     Action, Admit, CallOff, ClusterView, Decision, Evict, Fail, Holdings, Offer, Policy, Preempt, Release, Rung,
     StopOverdue,

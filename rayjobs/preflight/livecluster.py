@@ -2,7 +2,7 @@
 
 * versions: the cluster's Ray (same major, >= 2.52 for token auth) and verl (same minor as the
   config was composed against);
-* per-node fit of every job's GPU groups (:mod:`rayjobs.oncluster.capacity`): a job that can
+* per-node fit of every job's GPU groups (:mod:`rayjobs.contract.capacity`): a job that can
   never fit this cluster (no GPUs at all, fewer per node than a group asks, more nodes than it
   has) is refused (exit 2, nothing submitted) unless ``rayjobs.wait_for_capacity=true`` says the
   cluster will grow to fit it; one that does not fit the free capacity now only gets a note (it
@@ -19,10 +19,10 @@ import re
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from rayjobs.errors import ConfigError
-from rayjobs.oncluster import capacity
+from rayjobs.contract import capacity
+from rayjobs.contract.meta import JobMeta
 from rayjobs.preflight.problem import Problem, note
 from rayjobs.preflight.verlfacts import verl_facts
-from rayjobs.views.jobfields import gpu_groups
 
 if TYPE_CHECKING:
     from rayjobs.client.dashboard import Dashboard
@@ -99,7 +99,7 @@ def never_fits(d: "Dashboard", prepared: Sequence[Any], nodes: list[capacity.Nod
     confirmed: Optional[list[capacity.Node]] = None
     out = []
     for p in prepared:
-        groups = gpu_groups({"metadata": p.spec.metadata})
+        groups = list(JobMeta.from_ray(p.spec.metadata).gpu_groups)
         if not groups or not capacity.never_reason(groups, nodes):
             continue
         if confirmed is None:
@@ -136,7 +136,7 @@ def refuse_never_fitting(d: "Dashboard", prepared: Sequence[Any], nodes: list[ca
 def check_fit(d: "Dashboard", prepared: Sequence[Any]) -> None:
     """Refuse a job that can never fit (unless it waits for capacity); a note for those that wait
     for free GPUs now."""
-    demands = [gpu_groups({"metadata": p.spec.metadata}) for p in prepared]
+    demands = [list(JobMeta.from_ray(p.spec.metadata).gpu_groups) for p in prepared]
     if not any(demands):
         return
     nodes = nodes_in_use(d)

@@ -1,13 +1,13 @@
 """The simulated cluster: nodes of GPUs (and 3 CPUs a GPU, verl's bundles), what each job holds
-where. Placement is :func:`rayjobs.oncluster.capacity.fit`'s (each group on one node, best fit),
+where. Placement is :func:`rayjobs.contract.capacity.fit`'s (each group on one node, best fit),
 the same the queue checks against; what is free is handed to the rules as
-:class:`~rayjobs.oncluster.capacity.Node` rows, as the queue reads them from Ray."""
+:class:`~rayjobs.contract.capacity.Node` rows, as the queue reads them from Ray."""
 
 from __future__ import annotations
 
 from typing import Optional, Sequence
 
-from rayjobs.oncluster import capacity
+from rayjobs.contract import capacity
 
 CPUS_PER_GPU = capacity.CPUS_PER_GPU
 

@@ -4,7 +4,7 @@ of real job records, their actions carried out on the simulated cluster as the q
 executors carry them out on Ray.
 
 What the service's executors do, as the simulator charges it: an admitted job is placed where
-:func:`rayjobs.oncluster.capacity.fit` puts it; a preempted job stops right after its next
+:func:`rayjobs.contract.capacity.fit` puts it; a preempted job stops right after its next
 checkpoint (at most its ``preempt_wait_s``) and goes back to its place in line, held while Ray's
 entry of it is deleted (:data:`REQUEUE_S`); a job ending closes the GPU gate for the reap
 (the engine's hand-over); the pre-started next job saves Ray's job start (:data:`STANDBY_SAVES_S`);

@@ -61,22 +61,24 @@ def view(d: Optional["Dashboard"] = None, address: Optional[str] = None) -> dict
 
 
 def _use(d: "Dashboard", rows: list[dict[str, Any]]) -> str:
-    """Put each node's GPU/CPU/RAM use from Ray's metrics into its row (``use``); say where from."""
-    from rayjobs.client import promscrape
-    from rayjobs.client.promscrape import per_node
+    """Put each node's GPU/CPU/RAM use from Ray's metrics into its row (``use``); say where from.
 
-    if getattr(d.target, "door", False):  # the head read its nodes' metrics (GET /v1/cluster)
-        info = d.info()
-        by_ip = {n.ip: n.use for n in info.nodes}
+    The head reads its nodes' metrics (``GET /v1/cluster``), for every target alike: the queue's API
+    on the embedded head, through the owner's tunnel, or a team's door. So the laptop scrapes no
+    node itself and needs no port of theirs. Never raises: an answer it cannot get says why.
+    """
+    from rayjobs.errors import RayjobsError
+
+    try:  # a door's client has asked for it already (its nodes come from it)
+        info = d.info() if getattr(d.target, "door", False) else d.queue.cluster()
+    except RayjobsError as e:  # the queue down, or a head older than GET /v1/cluster
         for r in rows:
-            r["use"] = by_ip.get(str(r["ip"]))
-        return info.metrics or "the head's door"
-    gateway = settings.remembered_cluster().get("metrics") if d.target.source.startswith("cluster") else None
-    fams, source = promscrape.read_cluster(d, gateway)
-    use = per_node(fams)
+            r["use"] = None
+        return f"none: the head's queue did not say ({e})"
+    by_ip = {n.ip: n.use for n in info.nodes}
     for r in rows:
-        r["use"] = use.get(str(r["ip"]))
-    return source
+        r["use"] = by_ip.get(str(r["ip"]))
+    return info.metrics or "the head's door"
 
 
 def _client_versions() -> dict[str, Optional[str]]:

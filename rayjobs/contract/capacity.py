@@ -11,7 +11,9 @@ may share a node (nothing in verl forces them apart). Three answers:
 * ``NEVER``: they do not fit even an empty cluster; :attr:`Verdict.reason` says
   "needs X, the cluster has Y" in one line.
 
-Used by the cluster-side queue (:mod:`rayjobs.door.host`), by the submit-time refusal, and by preflight.
+Both sides apply the same rule, so it lives in the contract: the queue admits by it
+(:mod:`rayjobs.oncluster.scheduler`) and a submit's live check refuses a job that could never fit
+(:mod:`rayjobs.preflight.livecluster`) -- the laptop's refusal is the queue's own NEVER.
 """
 
 from __future__ import annotations
@@ -159,7 +161,8 @@ def fit(groups: Sequence[int], nodes: Sequence[Node], reserved: Sequence[int] = 
 
 # --------------------------------------------------------------------------- inputs
 def nodes_from_ray(total: Mapping[str, Mapping[str, float]], free: Mapping[str, Mapping[str, float]]) -> list[Node]:
-    """From ``ray._private.state.total_resources_per_node()`` / ``available_resources_per_node()``."""
+    """From per-node totals and free resources, ``{node: {"GPU": n, "CPU": n}}`` (the head's
+    :mod:`rayjobs.oncluster.clusterstate` reading, or the dashboard's resource use)."""
     out = []
     for nid, tot in total.items():
         av = free.get(nid, {})

@@ -2,12 +2,13 @@
 
 Ray's dashboard agent exports each node's metrics (GPU utilisation and memory, CPU, RAM, network,
 Ray's own) on that node's ``metrics_export_port``; the dashboard lists those endpoints for
-Prometheus' HTTP service discovery (``/api/prometheus/sd``). Two users here:
+Prometheus' HTTP service discovery (``/api/prometheus/sd``). The head's alone (it reaches every
+node from inside the cluster's network; the laptop never imports this): two users here,
 
-* the head's metrics gateway (:mod:`rayjobs.oncluster.metricsgateway`) merges every node's text
-  into one exposition on the head's loopback, which ``rayjobs connect`` tunnels;
-* ``rayjobs cluster`` reads per-node use from the gateway, or from the endpoints themselves where
-  the laptop reaches them (the embedded head: all on 127.0.0.1).
+* the metrics gateway (:mod:`rayjobs.oncluster.metricsgateway`) merges every node's text into one
+  exposition on the head's loopback, for Prometheus and Grafana (``rayjobs connect`` tunnels it);
+* ``GET /v1/cluster`` (:mod:`rayjobs.oncluster.clusterinfo`) reads per-node use from it, which
+  ``rayjobs cluster`` shows for every target (the embedded head, a tunnel, a team's door).
 
 Parsing and writing use ``prometheus_client`` (a dependency of ``ray[default]``), imported lazily.
 Every fetch is bounded (``timeout`` per endpoint, all in parallel).
@@ -104,30 +105,22 @@ def merge(texts: dict[str, Any]) -> str:
     return generate_latest(_Merged()).decode()  # type: ignore[arg-type]
 
 
-def read_cluster(d: Any, gateway: Optional[str] = None, timeout: float = 3.0) -> tuple[list[Any], str]:
+def read_cluster(d: Any, timeout: float = 3.0) -> tuple[list[Any], str]:
     """The parsed metric families of every node of ``d``'s cluster, and where they came from.
 
-    ``d`` is a :class:`rayjobs.client.dashboard.Dashboard` (not imported: it imports this module).
-
-    ``gateway`` (the tunnelled head gateway's URL, from ``rayjobs connect``) is asked first; else
-    the endpoints the dashboard lists are scraped directly (the embedded head: all on 127.0.0.1;
-    a cluster whose nodes this machine reaches). Never raises: ``([], why)`` when nothing answered.
+    ``d`` is the head's :class:`rayjobs.oncluster.raydash.RayDash` (anything with
+    ``metrics_endpoints()``); each endpoint is scraped directly. Never raises: ``([], why)`` when
+    nothing answered.
     """
-    if gateway:
-        try:
-            return families(fetch(gateway.rstrip("/") + "/metrics", timeout)), f"gateway {gateway}"
-        except (OSError, ValueError) as e:
-            why = f"the metrics gateway at {gateway} did not answer ({e.__class__.__name__}); `rayjobs connect` again"
-            return [], why
     try:
         eps = d.metrics_endpoints()
-    except Exception as e:  # noqa: BLE001  (DashboardDown, an older Ray without the endpoint)
+    except Exception as e:  # noqa: BLE001  (the dashboard is down, an older Ray without the endpoint)
         return [], f"the dashboard lists no metrics endpoints ({e.__class__.__name__})"
     texts = scrape(eps, timeout)
     fams = [f for t in texts.values() if isinstance(t, str) for f in families(t)]
     reached = sum(isinstance(t, str) for t in texts.values())
     if not reached:
-        return [], f"none of the {len(eps)} metrics endpoint(s) answered from here (`rayjobs connect` tunnels them)"
+        return [], f"none of the {len(eps)} metrics endpoint(s) answered the head"
     return fams, f"{reached} of {len(eps)} endpoint(s) scraped directly"
 
 
