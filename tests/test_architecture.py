@@ -210,3 +210,47 @@ def test_the_metadata_check_sees_a_key_read(tmp_path: Path) -> None:
     (tmp_path / "m.py").write_text('def f(job, row, meta):\n    return meta(job).get("run_dir"), meta["sweep"], '
                                    'row["sweep"], meta.get("job_submission_id"), job.metadata["user"], m.get("run")\n')
     assert meta_key_reads(tmp_path) == ["m.py:2: meta[run_dir]", "m.py:2: meta[sweep]", "m.py:2: metadata[user]", "m.py:2: m[run]"]
+
+
+#: What the command line may import (issue 46 item 3): it renders what the library returns and calls
+#: the library for every action, never the laptop's lower planes (client, provision, ledger, preflight).
+#: ``views`` only to render; ``settings`` only to read them.
+CLI_MAY_IMPORT = {"cli", "api", "contract", "errors", "views", "settings"}
+
+#: Modules of other planes the command line may render with, each with why.
+CLI_RENDERERS = {"sim.table": "a replay's reports as plain columns: pure, beside the simulator whose reports it "
+                              "reads (scripts/bench_team.py and api.replay's plot use it too)"}
+
+
+def _rayjobs_modules(path: Path) -> set[str]:
+    """The ``rayjobs.X.Y`` modules (``X.Y``) ``path`` imports by name, ``from rayjobs.X import Y`` too."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("rayjobs."):
+            out.update(f"{node.module[8:]}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            out.update(a.name[8:] for a in node.names if a.name.startswith("rayjobs."))
+    return out
+
+
+def cli_reaches_past_the_library(cli: Path) -> list[str]:
+    """``path: package`` for each import of a module under ``cli`` past the library's planes."""
+    out = []
+    for path in sorted(cli.rglob("*.py")):
+        for pkg in sorted(_imports(path) - CLI_MAY_IMPORT):
+            mods = {m for m in _rayjobs_modules(path) if m.split(".")[0] == pkg}
+            if not mods or not mods <= set(CLI_RENDERERS):
+                out.append(f"{path.name}: {pkg}")
+    return out
+
+
+def test_the_cli_imports_only_the_library() -> None:
+    found = cli_reaches_past_the_library(ROOT / "cli")
+    assert not found, f"the CLI reaches past rayjobs.api (route it through an api function): {found}"
+
+
+def test_the_cli_check_sees_a_lower_plane(tmp_path: Path) -> None:
+    (tmp_path / "m.py").write_text("from rayjobs import api, ledger\nfrom rayjobs.sim import table\n"
+                                   "def f():\n    from rayjobs.client.door import check_url\n    import rayjobs.shared\n"
+                                   "    from rayjobs.sim import engine\n")
+    assert cli_reaches_past_the_library(tmp_path) == ["m.py: client", "m.py: ledger", "m.py: shared", "m.py: sim"]

@@ -8,7 +8,7 @@ door: a teammate's login, or the owner's cluster (its token is an admin's).
 from __future__ import annotations
 
 import os
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Optional
 
 from rayjobs import settings, settingslogin
@@ -40,6 +40,23 @@ def login(url: str, token: str, fingerprint: Optional[str] = None) -> settingslo
     kept = settingslogin.Login(door.url, token, door.fingerprint, me.name, me.role, storage)
     settingslogin.save(settings.home(), kept)
     return kept
+
+
+def check_login_url(url: str, *, fingerprint: Optional[str] = None) -> None:
+    """Check a door's URL and fingerprint as :func:`login` would, before a token is asked for.
+
+    Raises:
+        ConfigError: not an http(s) URL, plain http off loopback, https without a fingerprint, a
+            fingerprint that is not one (one line each).
+    """
+    from rayjobs.client.door import check_url
+
+    check_url(url, fingerprint)
+
+
+def login_path() -> Path:
+    """Where a login is kept: ``$RAYJOBS_HOME/login.json`` (0600)."""
+    return settingslogin.path(settings.home())
 
 
 def logout() -> bool:

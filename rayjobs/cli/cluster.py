@@ -22,12 +22,9 @@ def up_cmd(params: tuple[str, ...], name: Optional[str]) -> None:
     Defaults: the settings (`rayjobs config`: cluster.*, storage), then bootstrap/cluster.yaml.
     Running it again on a live cluster changes nothing there and brings back nodes that lost their Ray.
     """
-    from rayjobs.provision import skypilot
+    from rayjobs import api
 
-    def go() -> dict:
-        return skypilot.up(skypilot.cluster_name(name), skypilot.parse_params(list(params)))
-
-    run_cli(go)
+    run_cli(lambda: api.cluster_up(name=name, params=params))
 
 
 @main.command("connect")
@@ -41,14 +38,13 @@ def connect_cmd(name: Optional[str], port: Optional[int], close: bool) -> None:
     remembered cluster, else `rayjobs`); later commands then need no address. Prints the local
     dashboard URL on stdout.
     """
-    from rayjobs.provision import tunnel
-    from rayjobs.provision.clusterdir import cluster_name
+    from rayjobs import api
 
     if close:
-        closed = tunnel.disconnect()
+        closed = api.disconnect_cluster()
         click.echo("rayjobs: tunnel closed" if closed else "rayjobs: no open tunnel", err=True)
         return
-    rec = run_cli(lambda: tunnel.connect(cluster_name(name), port=port))
+    rec = run_cli(lambda: api.connect_cluster(name=name, port=port))
     click.echo(rec["address"])
 
 
@@ -80,13 +76,13 @@ def down_cmd(name: Optional[str], yes: bool) -> None:
     First every ended job of the connected cluster is kept in the local record (final state, log
     tail, metrics), so `rayjobs list`, `status` and `plot` still show them afterwards.
     """
-    from rayjobs.provision import skypilot
+    from rayjobs import api
 
-    name = run_cli(lambda: skypilot.cluster_name(name))
+    name = run_cli(lambda: api.cluster_name(name))
     if not yes:
         click.confirm(f"Tear down the SkyPilot cluster {name!r}? Running jobs are lost", abort=True, err=True)
     _keep_history(name)
-    run_cli(lambda: skypilot.down(name))
+    run_cli(lambda: api.cluster_down(name))
 
 
 def _keep_history(name: str) -> None:
@@ -94,7 +90,7 @@ def _keep_history(name: str) -> None:
     teardown: an unreachable cluster or a failed read is said, and the teardown goes on)."""
     from rayjobs import api, settings
     from rayjobs.errors import RayjobsError
-    from rayjobs.shared import TERMINAL
+    from rayjobs.contract.status import TERMINAL
 
     def say(msg: str) -> None:
         click.echo(f"rayjobs: {msg}", err=True)

@@ -17,9 +17,9 @@ def _say(msg: str) -> None:
 
 
 def _open(address: Optional[str], start: bool = True) -> Any:
-    """The :class:`~rayjobs.client.dashboard.Dashboard` for ``address`` (the settings' if None);
+    """The cluster's client for ``address`` (the settings' if None; :func:`rayjobs.api.job.connect`);
     ``start``: start a stopped embedded head (False for a read: ``LocalHeadDown``)."""
-    from rayjobs.client.connection import connect
+    from rayjobs.api.job import connect
 
     return connect(address, start=start)
 

@@ -24,10 +24,8 @@ def config_cmd(as_json: bool) -> None:
 
     eff = run_cli(api.effective_settings)
     if eff.get("cluster.image", {}).get("source") == "bootstrap/cluster.yaml":
-        from rayjobs.provision import skypilot
-
         # its verl and torch are older than the pins: say in the same line that setup installs them over it
-        eff["cluster.image"]["note"] = skypilot.base_image_note()
+        eff["cluster.image"]["note"] = api.base_image_note()
     for note in run_cli(api.settings_notes):
         click.echo(f"rayjobs: {note}", err=True)
     if as_json:

@@ -16,9 +16,8 @@ import click
 
 from rayjobs.cli.common import ADDRESS, _exit, _open, _pipe_safe, _say, json_rows
 from rayjobs.cli.group import main
-from rayjobs.contract.status import Status
+from rayjobs.contract.status import TERMINAL, Status
 from rayjobs.errors import run_cli
-from rayjobs.shared import TERMINAL
 
 # --------------------------------------------------------------------------- tail / logs
 JSON_HELP = ("JSON Lines on stdout instead of the log: one object per verl step line (verl's keys, flat, with "
@@ -110,13 +109,12 @@ def _kept_log(job_id: str, e: Exception, *, lines: Optional[int], as_json: bool,
     the exit code of the kept final status. Nothing kept: ``e`` is raised."""
     from rayjobs import api
     from rayjobs.errors import ClusterUnreachable
-    from rayjobs import ledger
     from rayjobs.views import logparse, steplog
     from rayjobs.views.jobtail import EXIT_CODES
     from rayjobs.views.localrows import head_down_line
 
     row = api.recorded_row(job_id, "", gone=True)
-    kept = ledger.kept_log_tail(row["id"])
+    kept = api.kept_log_tail(row["id"])
     if kept is None:
         raise e
     what = f"the end of {row['id']}'s log kept in the local record"
@@ -207,10 +205,8 @@ def list_cmd(sweep: Optional[str], statuses: tuple[str, ...], experiment: Option
         rows = api.list_jobs(sweep=sweep, statuses=statuses, experiment=experiment, include_all=include_all,
                              address=address, keep=keep, say=_say)
         if keep:
-            from rayjobs import ledger
-
-            n = sum(1 for r in rows if r.get("status") in TERMINAL and ledger.is_kept(str(r["id"])))
-            _say(f"the local record keeps the final state of {n} ended job(s) ({ledger.run_dir('ID')})")
+            _say(f"the local record keeps the final state of {api.kept_ended(rows)} ended job(s) "
+                 f"({api.record_dir('ID')})")
         if as_json:
             click.echo(json_rows(rows))
         else:

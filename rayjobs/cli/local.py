@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any, Optional
 
 import click
 
 from rayjobs.cli.common import _say
 from rayjobs.cli.group import main
-from rayjobs.contract.status import IN_RAY
-from rayjobs.errors import ClusterUnreachable, run_cli
+from rayjobs.errors import run_cli
 
 
 @main.group("local")
@@ -21,22 +19,13 @@ def local() -> None:
 
 def _start() -> str:
     """Start (or reuse) the head; its address once it can accept a job."""
-    from rayjobs.client import embedded
+    from rayjobs import api
 
-    rec = embedded.running()
-    if rec is None:
-        _say("starting the embedded local Ray head on 127.0.0.1 ...")
-        return str(embedded.ensure(quiet=True).address)  # returns once it accepts jobs
-    # A head started earlier (or by an older rayjobs) is reused as is: it must accept jobs too,
-    # or `local start` would exit 0 in front of a head that refuses every submit.
-    try:
-        embedded.wait_ready(rec, timeout=10.0)
-    except ClusterUnreachable as e:
-        raise ClusterUnreachable(f"{e}; run `rayjobs local stop`, then `rayjobs local start`") from e
-    up = uptime_s(rec)
-    _say(f"the embedded local Ray head is already running{f' (up {duration(up)})' if up is not None else ''}: "
-         f"nothing to start")
-    return str(embedded.target(rec).address)
+    got = api.start_local(say=_say)
+    if got.reused:
+        up = f" (up {duration(got.up_s)})" if got.up_s is not None else ""
+        _say(f"the embedded local Ray head is already running{up}: nothing to start")
+    return got.address
 
 
 @local.command("start")
@@ -50,20 +39,18 @@ def local_start() -> None:
 def local_status(as_json: bool) -> None:
     """Say whether the embedded head runs: its address, uptime, jobs, the warm preflight helper
     (exit 1 if it is not running). --json: its record, for scripts."""
-    from rayjobs.client import embedded
-    from rayjobs.preflight import helper
+    from rayjobs import api
 
-    rec = embedded.running()
-    helper_line = helper.status_line().removeprefix("rayjobs: ")
-    if not rec:
-        _say(helper_line)
+    st = api.local_status(health=not as_json)
+    if st.record is None:
+        _say(st.helper)
         _say("the embedded local cluster is not running: `rayjobs local start` starts it (a submit starts it too)")
         raise SystemExit(1)
     if as_json:
-        _say(helper_line)
-        click.echo(json.dumps(rec, indent=2))
+        _say(st.helper)
+        click.echo(json.dumps(st.record, indent=2))
         return
-    click.echo("\n".join(status_words(rec, _health(rec), helper_line, uptime_s(rec))))
+    click.echo("\n".join(status_words(st.record, st.health, st.helper, st.up_s)))
 
 
 def status_words(rec: dict[str, Any], health: Optional[dict[str, Any]], helper_line: str,
@@ -86,37 +73,6 @@ def status_words(rec: dict[str, Any], health: Optional[dict[str, Any]], helper_l
     return lines
 
 
-def _health(rec: dict[str, Any]) -> Optional[dict[str, Any]]:
-    """The head's queue's health (bounded: a few seconds), or None if it does not answer."""
-    import dataclasses
-
-    from rayjobs.client import embedded
-    from rayjobs.client.dashboard import Dashboard
-    from rayjobs.client.queueapi import connect_queue
-    from rayjobs.errors import RayjobsError
-
-    try:
-        return dataclasses.asdict(connect_queue(Dashboard(embedded.target(rec)), start=False, timeout=5.0).health())
-    except RayjobsError:
-        return None
-
-
-def uptime_s(rec: dict[str, Any]) -> Optional[float]:
-    """Seconds since the head's ``ray start`` (its process start time, in clock ticks since this
-    machine's boot); None where that cannot be told (another boot, no /proc)."""
-    import os
-
-    from rayjobs.client import headprocs
-
-    if rec.get("sid_start") is None or rec.get("boot_id") != headprocs.boot_id():
-        return None
-    try:
-        since_boot = float(Path("/proc/uptime").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-    return max(0.0, since_boot - rec["sid_start"] / os.sysconf("SC_CLK_TCK"))
-
-
 def duration(s: float) -> str:
     """``42 s``, ``5 min``, ``2 h 13 min``, ``3 d 4 h``."""
     s = int(s)
@@ -133,30 +89,17 @@ def duration(s: float) -> str:
 def local_stop() -> None:
     """Stop the embedded head by PID (never the `ray` CLI's stop, which ends every Ray on the machine);
     returns once every process of it is gone."""
-    from rayjobs.client import embedded
+    from rayjobs import api
 
-    _warn_running(embedded)
-    ok = run_cli(embedded.stop)
+    _warn_running(api.local_running_jobs())
+    ok = run_cli(api.stop_local)
     click.echo("rayjobs: embedded local cluster stopped" if ok else "rayjobs: nothing to stop", err=True)
 
 
-def _warn_running(embedded: Any) -> None:
+def _warn_running(ids: list[str]) -> None:
     """Name the jobs a stop of the head ends (they are not lost: each resumes after the next start)."""
-    rec = embedded.running()
-    if not rec:
-        return
-    try:
-        from rayjobs.client.dashboard import Dashboard
-        from rayjobs.client.queueapi import connect_queue
-
-        q = connect_queue(Dashboard(embedded.target(rec)), start=False, timeout=5.0)
-        jobs = q.jobs(status=list(IN_RAY))
-    except Exception:  # noqa: BLE001 (a head already going down: nothing to name)
-        return
-    ids = [j["submission_id"] for j in jobs]
     if ids:
         more = f" and {len(ids) - 5} more" if len(ids) > 5 else ""
         click.echo(f"rayjobs: warning: stopping the embedded head ends the running job(s) {', '.join(ids[:5])}{more}; "
                    f"after `rayjobs local start` each resumes from its last checkpoint as a new attempt (when "
                    f"rayjobs.max_retries allows), else it ends FAILED (cluster restarted)", err=True)
-

@@ -55,9 +55,7 @@ def login_cmd(url: str, fingerprint: Optional[str], token_file: Optional[str]) -
     from rayjobs.api import people
 
     def go() -> Any:
-        from rayjobs.client.door import check_url
-
-        check_url(url, fingerprint)  # a bad URL is said before the token is asked for
+        people.check_login_url(url, fingerprint=fingerprint)  # a bad URL is said before the token is asked for
         return people.login(url, read_token(token_file), fingerprint)
 
     kept = run_cli(go)
@@ -65,9 +63,9 @@ def login_cmd(url: str, fingerprint: Optional[str], token_file: Optional[str]) -
 
 
 def _login_path() -> str:
-    from rayjobs import settings, settingslogin
+    from rayjobs.api import people
 
-    return str(settingslogin.path(settings.home()))
+    return str(people.login_path())
 
 
 @main.command("whoami")

@@ -1,5 +1,5 @@
 """A node's GPU use in a word (what ``rayjobs cluster`` prints), from
-:func:`rayjobs.client.promscrape.per_node`'s reading of Ray's metrics."""
+:func:`rayjobs.oncluster.promscrape.per_node`'s reading of Ray's metrics."""
 
 from __future__ import annotations
 
