@@ -145,12 +145,14 @@ def check_other_metrics(sweep: str, ids: list[str], raw: dict[str, Any], address
 def test_rows_blanks_nan_ties_and_resumed_points():
     from rayjobs.views import compare
 
-    def job(jid: str, offset: str, **more: str) -> dict[str, Any]:
-        return {"submission_id": jid, "status": "RUNNING", "metadata": dict(
-            sweep="s", checkpoint_dir=f"/ck/{jid}", sweep_overrides=json.dumps([f"a.lr={offset}", "+b.n=2"]), **more)}
+    from jobfactory import job_view
+
+    def job(jid: str, offset: str, **more: str) -> Any:
+        return job_view(jid, metadata=dict(
+            sweep="s", checkpoint_dir=f"/ck/{jid}", sweep_overrides=json.dumps([f"a.lr={offset}", "+b.n=2"]), **more))
 
     jobs = [job("s-0", "1"), job("s-1", "2"), job("s-2", "3"), job("s-3", "4"), job("s-2-r1", "3", resumed_from="s-2")]
-    rows = {j["submission_id"]: {"id": j["submission_id"], "status": st, "step": step, "total_steps": 10,
+    rows = {j.submission_id: {"id": j.submission_id, "status": st, "step": step, "total_steps": 10,
                                  "checkpoint_step": ck, "queue_position": qp}
             for j, st, step, ck, qp in zip(jobs, ["RUNNING", "RUNNING", "STOPPED", "QUEUED", "RUNNING"],
                                            [3, 5, 2, None, 4], [2, None, 1, None, 3], [None, None, None, 1, None])}

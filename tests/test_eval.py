@@ -219,8 +219,10 @@ def test_which_jobs_rayjobs_after_names():
     from rayjobs.errors import NoSuchJob
     from rayjobs.submit.evaluate import named_points
 
-    def job(sid: str, **meta: str) -> dict[str, Any]:
-        return {"submission_id": sid, "status": "RUNNING", "metadata": {"submitted_at": "2026-12-01T10:00:00", **meta}}
+    from jobfactory import job_view
+
+    def job(sid: str, **meta: str) -> Any:
+        return job_view(sid, metadata={"submitted_at": "2026-12-01T10:00:00", **meta})
 
     jobs = [job("S-10", sweep="S"), job("S-2", sweep="S"), job("S-2-r1", sweep="S", resumed_from="S-2"),
             job("solo-1"), job("S-2-eval-ab12", eval_of="S-2")]

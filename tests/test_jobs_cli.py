@@ -151,7 +151,10 @@ def test_plot_a_sweep(done, tmp_path):
     remote = [j for j in d.list_jobs() if j["submission_id"] in ids]
     for j in remote:
         j["metadata"] = {k: v for k, v in j["metadata"].items() if k != "run_dir"}
-    from_log = plot.collect(d, sorted(remote, key=lambda j: ids.index(j["submission_id"])))
+    from rayjobs.contract.wire import JobView
+
+    remote_views = [JobView.from_ray(j, foreign=False) for j in remote]  # as the views read a job
+    from_log = plot.collect(d, sorted(remote_views, key=lambda j: ids.index(j.submission_id)))
     assert [j["source"] for j in from_log["jobs"]] == ["log", "log"]
     assert [j["series"] for j in from_log["jobs"]] == [j["series"] for j in data["jobs"]]
     # one job by id, a chosen metric

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import rayjobs_cli, rayjobs_submit, wait_terminal, wait_until
+from jobfactory import job_view
 from test_tail import Tail, _Follower
 
 from rayjobs.views import jobtail, logparse, steplog
@@ -75,7 +76,8 @@ def test_a_verl_step_line_becomes_one_flat_object_with_verls_own_keys():
            + "\x1b[36m(TaskRunner pid=2841, ip=10.0.0.2)\x1b[0m \rTraining Progress:  20%|##        | 2/10\r"
            + "Training Progress:  30%|###       | 3/10 [00:37<01:27, 12.5s/it]\n"
            + PREFIX + line + "\n").encode()
-    rec_of = steplog.StepRecords("job-1", job_of=lambda: {"metadata": {"run": "run-a"}}, clock=lambda: 1777636803.5123)
+    job = job_view("job-1", metadata={"run": "run-a"})
+    rec_of = steplog.StepRecords("job-1", job_of=lambda: job, clock=lambda: 1777636803.5123)
     recs = feed_bytes(rec_of, raw)
     assert len(recs) == 1  # Total training steps and the tqdm bar are not objects
     rec = strict(steplog.dumps(recs[0]))

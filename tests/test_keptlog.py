@@ -38,10 +38,12 @@ def test_the_runner_keeps_the_logs_end_with_where_the_whole_log_stays(tmp_path):
     assert attemptlog.keep_tail(tmp_path / "gone.log", str(run_dir), "j2") is None
 
 
-def _job(run_dir: Path, status: str = "FAILED") -> dict[str, Any]:
-    return {"submission_id": "j1", "status": status, "state": "done", "from_queue": True, "driver_node_id": "old",
-            "metadata": {"run_dir": str(run_dir), "rayjobs": "1"}, "final": {"step": 3, "data": {}, "attempts": 1},
-            "attempts": [1]}
+def _job(run_dir: Path, status: str = "FAILED") -> Any:
+    from jobfactory import job_view
+
+    return job_view("j1", status, "done", from_queue=True, driver_node_id="old",
+                    metadata={"run_dir": str(run_dir), "rayjobs": "1"}, final={"step": 3, "data": {}, "attempts": 1},
+                    attempts=[1])
 
 
 def test_what_is_shown_of_an_ended_jobs_log_in_order_whole_storage_record(tmp_path, monkeypatch):

@@ -119,7 +119,9 @@ def test_views_render_without_a_cluster(capsys):
     out = capsys.readouterr().out
     assert "\x1b" not in out and "step:3 - " in out
     view = LiveView("job-1", console=Console(file=io.StringIO(), force_terminal=True, width=120))
-    view.job, view.progress = {"status": "RUNNING", "metadata": {"sweep_overrides": '["algorithm.kl_ctrl.kl_coef=0.01"]'}}, p
+    from jobfactory import job_view
+
+    view.job, view.progress = job_view("job-1", metadata={"sweep_overrides": '["algorithm.kl_ctrl.kl_coef=0.01"]'}), p
     plain = io.StringIO()
     Console(file=plain, width=120, color_system=None).print(view.render())
     shown = plain.getvalue()

@@ -185,17 +185,22 @@ def test_a_data_jobs_dataset_shows_in_the_overrides_column():
 def test_a_metadata_list_is_read_whole_or_not_at_all():
     import json
 
-    from rayjobs.views.jobfields import json_list
+    from jobfactory import job_view
+
+    from rayjobs.contract.meta import JobMeta
     from rayjobs.views.jobrows import base_row, overrides_label
+
+    def json_list(text):
+        return list(JobMeta.from_ray({"overrides": text}).overrides)
 
     assert json_list(' ["a=1", "b=2"] ') == ["a=1", "b=2"] and json_list("[1, 2]") == ["1", "2"]
     for bad in ("", None, "[]", "not json", '["a"] trailing', '{"a": 1}', '"a"', "[1,"):
         assert json_list(bad) == [], bad
     m = {"overrides": json.dumps(["+exp=x", "trainer.total_epochs=2"]), "sweep_overrides": json.dumps(["a.lr=1e-6"])}
-    row = base_row({"submission_id": "x-1", "status": "RUNNING", "metadata": m})
+    row = base_row(job_view("x-1", metadata=m))
     assert row["label"] == overrides_label(m) == "lr=1e-6" and row["overrides"] == ["+exp=x", "trainer.total_epochs=2"]
     row["overrides"].append("changed")  # a row's lists are its own
-    assert base_row({"submission_id": "x-1", "status": "RUNNING", "metadata": m})["overrides"] == ["+exp=x", "trainer.total_epochs=2"]
+    assert base_row(job_view("x-1", metadata=m))["overrides"] == ["+exp=x", "trainer.total_epochs=2"]
 
 
 def test_the_ledger_skips_the_jobs_the_cluster_lists_by_their_id_alone(tmp_path, monkeypatch):
@@ -223,13 +228,15 @@ def test_plot_hints_name_what_the_jobs_logged(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     (run / "metrics.1.jsonl").write_text(_json.dumps({"step": 1, "data": {"actor/pg_loss": 0.1}}) + "\n")
-    job = {"submission_id": "j1", "metadata": {"run_dir": str(run)}, "status": "SUCCEEDED", "from_queue": True}
+    from jobfactory import job_view
+
+    job = job_view("j1", "SUCCEEDED", "done", metadata={"run_dir": str(run)}, from_queue=True)
     with pytest.raises(ConfigError, match=r"no job logged the metric 'critic/scor'.*they logged: actor/pg_loss"):
         plot.collect(None, [job], ["critic/scor"])
     data = plot.collect(None, [job])
     with pytest.raises(RayjobsError, match=r"pick another with --metric: they logged actor/pg_loss"):
         plot.render(data, str(tmp_path / "x.png"))
-    empty = {"submission_id": "j2", "metadata": {"run_dir": str(tmp_path / "none")}, "status": "QUEUED"}
+    empty = job_view("j2", "QUEUED", "waiting", metadata={"run_dir": str(tmp_path / "none")})
     with pytest.raises(RayjobsError, match=r"none of the jobs has logged a step yet \(QUEUED\): plot again once they train"):
         plot.render(plot.collect(None, [empty]), str(tmp_path / "y.png"))
 

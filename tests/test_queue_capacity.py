@@ -81,7 +81,7 @@ def test_queue_view_rows_for_waiting_and_finished_jobs():
     """What `rayjobs list` shows of the queue's views (its API's JobView dicts) of jobs Ray does not
     list: waiting ones (QUEUED, their place) and finished ones the queue pruned from Ray (their
     final metrics)."""
-    from dataclasses import asdict, fields
+    from dataclasses import fields
 
     from rayjobs.contract import wire
     from rayjobs.contract.record import JobRecord
@@ -91,14 +91,15 @@ def test_queue_view_rows_for_waiting_and_finished_jobs():
 
     meta = {"rayjobs": "0.1.0", "experiment": "fake_ppo", "sweep": "", "gpu_groups": "[2]", "priority": "3",
             "submitted_at": "2026-12-01T10:00:00+00:00", "overrides": "[]"}
-    waiting = asdict(wire.JobView(submission_id="w1", status="QUEUED", state="waiting", metadata=meta,
-                                  message="waiting: needs ...", queue_position=1, queued_at=1796000000.0))
+    waiting = wire.JobView(submission_id="w1", status="QUEUED", state="waiting", metadata=meta,
+                           message="waiting: needs ...", queue_position=1, queued_at=1796000000.0)
     done = jobviews.done_view(JobRecord(
         id="h1", state=State.DONE, spec={"metadata": meta}, queued_at=1796000000.0, status=Status.of("SUCCEEDED"),
         admitted_at=1796000000.25, finished_at=1796000101.5,
         start_time=1796000000000, end_time=1796000100000, pruned=True,
         final={"step": 7, "data": {"critic/score/mean": 0.5}, "attempts": 2}))
     assert set(done) == {f.name for f in fields(wire.JobView)}  # the wire's fields exactly
+    done = wire.from_json(wire.JobView, done)  # as the laptop's client reads the answer
     assert queuestatus.is_waiting(waiting) and not queuestatus.is_waiting(done) and not queuestatus.is_waiting(None)
     rows = {r["id"]: r for r, _ in jobrows.rows([waiting, done], None)}
     assert (rows["w1"]["status"], rows["w1"]["queue_position"], rows["w1"]["attempt"], rows["w1"]["gpus"]) == ("QUEUED", 1, 0, 2)

@@ -17,6 +17,7 @@ import urllib.request
 from pathlib import Path
 
 from conftest import rayjobs_cli, rayjobs_submit, wait_terminal
+from jobfactory import job_view
 
 STEP = re.compile(r"^\(TaskRunner pid=\d+\) step:(\d+) - ", re.M)
 
@@ -321,11 +322,12 @@ class _RestartingHead:
         head = self
 
         class _Q:
-            def job(self, job_id):
+            def view(self, job_id):
                 if head.down > 0:
                     head.down -= 1
                     raise QueueDown("the cluster's queue at http://127.0.0.1:1 does not answer (refused)")
-                return head.views.pop(0) if len(head.views) > 1 else head.views[0]
+                v = head.views.pop(0) if len(head.views) > 1 else head.views[0]
+                return None if v is None else job_view(job_id, **v)
         return _Q()
 
     def forget_queue(self) -> None:

@@ -9,6 +9,8 @@ from rayjobs.errors import ConfigError
 
 if TYPE_CHECKING:
     from rayjobs.client.dashboard import Dashboard
+    from rayjobs.contract.row import JobRow
+    from rayjobs.contract.wire import JobView
 
 
 def _keeper(d: Any) -> Callable[[Sequence[Any], list], None]:
@@ -68,19 +70,19 @@ def compare_sweep(sweep: str, *, metrics: Sequence[str] = (), mode: str = "auto"
 
     compare.metric_mode("", mode)  # a bad mode fails before anything is read
     d, chosen, jobs, records = _curve_jobs((), sweep, address, say)
-    rows = {str(r["id"]): r for r, _ in jobrows.rows([j for j in chosen if not jobrows.field(j, "from_record")], d)} \
+    rows = {str(r["id"]): r for r, _ in jobrows.rows([j for j in chosen if not j.from_record], d)} \
         if d is not None else {}
     rows.update(records)  # the points the cluster does not know: the local record's rows
-    compare.fill_totals(d, [rows[str(jobrows.field(j, "submission_id"))] for j in chosen], chosen)
+    compare.fill_totals(d, [rows[j.submission_id] for j in chosen], chosen)
     data = plot.collect(d, chosen, list(metrics) or None, val=True, read=_keeper(d))  # what `rayjobs plot --sweep S` reads
     _, rank = compare.pick_metrics(data["metrics"], metrics)
-    ids = {str(jobrows.field(j, "submission_id")) for j in chosen}
+    ids = {j.submission_id for j in chosen}
     evals = compare.eval_values(d, compare.eval_jobs(jobs, ids), rank)
     return compare.build(chosen, rows, data, metrics, mode, evals)
 
 
 def _curve_jobs(job_ids: Sequence[str], sweep: Optional[str], address: Optional[str],
-                say: Any) -> tuple[Optional["Dashboard"], list[Any], list[Any], dict[str, dict[str, Any]]]:
+                say: Any) -> tuple[Optional["Dashboard"], list["JobView"], list["JobView"], dict[str, "JobRow"]]:
     """The jobs plot and compare read, the same way for both: (the client, None while the cluster
     cannot be reached; the jobs named and those of ``sweep`` in order; every job listed; the local
     record's rows of the chosen jobs the cluster does not know, by id). A sweep's points the cluster
@@ -106,10 +108,10 @@ def _curve_jobs(job_ids: Sequence[str], sweep: Optional[str], address: Optional[
         rows = []
         if sweep:
             sweep = jobrows.resolve_sweep(sweep, jobs)
-            rows = localrows.missing_records((jobrows.field(j, "submission_id") for j in jobs), d.target.key, sweep)
+            rows = localrows.missing_records((j.submission_id for j in jobs), d.target.key, sweep)
             jobs += localrows.as_local_jobs(rows)
-    by_id = {jobrows.field(j, "submission_id"): j for j in jobs}
+    by_id = {j.submission_id: j for j in jobs}
     chosen = [by_id[resolve_prefix(j, by_id)] for j in job_ids]
-    chosen += sorted((j for j in jobs if jobrows.job_meta(j).sweep == sweep), key=jobrows.order) if sweep else []
-    chosen = list({jobrows.field(j, "submission_id"): j for j in chosen}.values())
+    chosen += sorted((j for j in jobs if j.meta.sweep == sweep), key=jobrows.order) if sweep else []
+    chosen = list({j.submission_id: j for j in chosen}.values())
     return d, chosen, jobs, {str(r["id"]): r for r in rows}

@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
-from rayjobs.contract.status import NOT_STARTED
-from rayjobs.contract.status import TERMINAL
+from rayjobs.contract.row import JobRow
+from rayjobs.contract.status import NOT_STARTED, TERMINAL
 from rayjobs.errors import NoSuchJob
 
 if TYPE_CHECKING:
@@ -52,11 +52,11 @@ class Job:
         from rayjobs.client.dashboard import resolve_prefix
 
         d = dashboard or connect(address, start=False)
-        if d.queue.job(prefix) is not None:  # a whole id: one GET
+        if d.queue.view(prefix) is not None:  # a whole id: one GET
             return cls(prefix, dashboard=d)
         from rayjobs.views import queuestatus
 
-        return cls(resolve_prefix(prefix, (j.get("submission_id") for j in queuestatus.all_jobs(d))), dashboard=d)
+        return cls(resolve_prefix(prefix, (j.submission_id for j in queuestatus.all_jobs(d))), dashboard=d)
 
     @property
     def dashboard(self) -> "Dashboard":
@@ -66,7 +66,7 @@ class Job:
             self._d = connect(self._address, start=False)
         return self._d
 
-    def row(self, *, progress: bool = True) -> dict[str, Any]:
+    def row(self, *, progress: bool = True) -> JobRow:
         """What ``rayjobs status --json`` prints: status, queue position, progress, metrics, W&B run.
 
         The queue's word on a job it knows (waiting, running, finished -- also after Ray pruned
@@ -177,7 +177,7 @@ class Job:
                          timeout=timeout)[self.job_id]
 
 
-def recorded_row(job_id: str, cluster: str, *, gone: bool = False) -> dict[str, Any]:
+def recorded_row(job_id: str, cluster: str, *, gone: bool = False) -> JobRow:
     """The local record's row for an id the cluster does not know (its final copy, if kept);
     ``gone``: for any id while its cluster cannot be reached (the final copy, else what was last
     seen of it; ``source`` "local").

@@ -8,17 +8,17 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
-from rayjobs.contract.status import Status
-from rayjobs.contract.status import TERMINAL
+from rayjobs.contract.row import JobRow
+from rayjobs.contract.status import TERMINAL, Status
+from rayjobs.contract.wire import JobView
 from rayjobs.views import logparse, metricfiles
-from rayjobs.views.jobfields import field, job_meta, meta, status_of
 from rayjobs.views.jobrows import add_progress, base_row, scan_head
 
 if TYPE_CHECKING:
     from rayjobs.client.dashboard import Dashboard
 
 
-def remember(dash: Any, rows: list[dict[str, Any]]) -> None:
+def remember(dash: Any, rows: list[JobRow]) -> None:
     """Remember what was shown of each row (what ``list`` says while the cluster is gone)."""
     from rayjobs import ledger
 
@@ -28,7 +28,7 @@ def remember(dash: Any, rows: list[dict[str, Any]]) -> None:
         pass  # a read-only home: the rows are still shown
 
 
-def keep_rows(pairs: list[tuple[dict[str, Any], Any]], dash: Any, tails: Optional[dict[str, bytes]] = None,
+def keep_rows(pairs: list[tuple[JobRow, JobView]], dash: Any, tails: Optional[dict[str, bytes]] = None,
               from_log: bool = False) -> int:
     """Keep a final copy of each ended job of ``pairs`` (row, job) not kept yet (8 at a time);
     ``from_log``: read the metrics from the log where the run dir is not readable. How many kept."""
@@ -46,14 +46,14 @@ def keep_rows(pairs: list[tuple[dict[str, Any], Any]], dash: Any, tails: Optiona
                                                 from_log=from_log), todo))
 
 
-def keep_job(dash: Any, job: Any, row: Optional[dict[str, Any]] = None, tail: Optional[bytes] = None, *,
+def keep_job(dash: Any, job: JobView, row: Optional[JobRow] = None, tail: Optional[bytes] = None, *,
              from_log: bool = False, history: Optional[dict[int, dict[str, float]]] = None) -> bool:
     """Keep the final copy of one ended job (once): row, log tail, metrics; for a copy kept without
     metrics, those (``from_log``, or the ``history`` plot read). False if nothing was written: kept
     before, still running, or the disk refused it (a view never fails for its copy)."""
     from rayjobs import ledger
 
-    jid = str(field(job, "submission_id"))
+    jid = job.submission_id
     try:
         if ledger.is_kept(jid):  # only the metrics of a copy kept without them may still come
             if (not from_log and history is None) or (ledger.kept(jid) or {}).get("metrics_from"):
@@ -67,7 +67,7 @@ def keep_job(dash: Any, job: Any, row: Optional[dict[str, Any]] = None, tail: Op
         if row.get("status") not in TERMINAL:
             return False
         tail = tail if tail is not None else _fetch_tail(dash, job)
-        if from_log and row.get("total_steps") is None and field(job, "driver_node_id") and not field(job, "from_queue"):
+        if from_log and row.get("total_steps") is None and job.driver_node_id and not job.from_queue:
             _scan_total(dash, job, row)  # list reads only the log's end; the copy is for good
         if tail is not None and row.get("status") == Status.FAILED and not row.get("error"):
             row["error"] = logparse.failure_line(logparse.clean_block(tail.decode("utf-8", "replace")))
@@ -78,18 +78,18 @@ def keep_job(dash: Any, job: Any, row: Optional[dict[str, Any]] = None, tail: Op
         return False
 
 
-def _scan_total(dash: Any, job: Any, row: dict[str, Any]) -> None:
+def _scan_total(dash: Any, job: JobView, row: JobRow) -> None:
     """Total steps and W&B run from the log's first MB (they are printed once, at the start)."""
     p = logparse.Progress()
     try:
-        scan_head(dash, str(row["id"]), str(field(job, "driver_node_id")), p, limit=1 << 20)
+        scan_head(dash, str(row["id"]), str(job.driver_node_id), p, limit=1 << 20)
     except Exception:  # noqa: BLE001  (the copy is kept without them)
         return
     row["total_steps"] = row.get("total_steps") or p.total
     row["wandb_url"] = row.get("wandb_url") or p.wandb_url
 
 
-def keep_seen_row(dash: "Dashboard", row: dict[str, Any], job: Any) -> None:
+def keep_seen_row(dash: "Dashboard", row: JobRow, job: JobView) -> None:
     """``rayjobs status``: remember the row and, for an ended job not kept yet, keep its final copy
     (one more read of its log's end, once per job)."""
     from rayjobs import ledger
@@ -114,7 +114,7 @@ def keep_ended(dash: "Dashboard", job_id: str) -> None:
         keep_job(dash, job)
 
 
-def keep_listed(pairs: list[tuple[dict[str, Any], Any]], dash: "Dashboard", tails: dict[str, bytes],
+def keep_listed(pairs: list[tuple[JobRow, JobView]], dash: "Dashboard", tails: dict[str, bytes],
                 limit: int, from_log: bool = False) -> None:
     """``rayjobs list``: remember every row shown, and keep a final copy of each ended job among
     the newest ``limit`` (its log tail was just read)."""
@@ -123,23 +123,23 @@ def keep_listed(pairs: list[tuple[dict[str, Any], Any]], dash: "Dashboard", tail
     remember(dash, [r for r, _ in pairs])
 
 
-def _fetch_tail(dash: Any, job: Any) -> Optional[bytes]:
+def _fetch_tail(dash: Any, job: JobView) -> Optional[bytes]:
     """The end of an ended job's driver log: from Ray, or by its file name once Ray pruned it, or --
     Ray no longer serves it (the head's Ray restarted) -- the end its runner kept on the storage root."""
     from rayjobs import ledger
     from rayjobs.views import joblog
 
-    node, jid = field(job, "driver_node_id"), str(field(job, "submission_id"))
+    node, jid = job.driver_node_id, job.submission_id
     got = None
     if node and dash is not None:
         try:
-            if field(job, "from_queue"):
+            if job.from_queue:
                 got = dash.node_file(node, f"job-driver-{jid}.log", ledger.TAIL_LINES)
             else:
                 got = dash.log_tail(jid, node, ledger.TAIL_LINES, max_bytes=8 << 20)
         except Exception:  # noqa: BLE001  (a dead node, a restarting dashboard: keep the row without it)
             got = None
-    if got is None and field(job, "from_queue"):
+    if got is None and job.from_queue:
         kept = joblog.kept_log(job, whole=False)
         got = kept.text.encode() if kept is not None and kept.source == "storage" else None
     return got
@@ -152,12 +152,12 @@ def history_jsonl(history: dict[int, dict[str, float]]) -> bytes:
     return b"".join(json.dumps({"step": s, "data": d}).encode() + b"\n" for s, d in sorted(history.items()))
 
 
-def _metrics_of(dash: Any, job: Any, history: Optional[dict[int, dict[str, float]]],
+def _metrics_of(dash: Any, job: JobView, history: Optional[dict[int, dict[str, float]]],
                 from_log: bool) -> tuple[Optional[list[bytes]], Optional[str]]:
     """(per-attempt JSONL bodies, where from): the run dir's files if readable here, else the
     history given, else (``from_log``) the log's step lines; (None, None): not read."""
     bodies = []
-    for f in metricfiles.jsonl_files(job_meta(job).run_dir or None):
+    for f in metricfiles.jsonl_files(job.meta.run_dir or None):
         try:
             bodies.append(f.read_bytes())
         except OSError:
@@ -176,14 +176,14 @@ def _metrics_of(dash: Any, job: Any, history: Optional[dict[int, dict[str, float
 
 
 
-def keep_histories(dash: Any, jobs: Sequence[Any], hists: Sequence[tuple[dict[int, dict[str, float]], str]]) -> None:
+def keep_histories(dash: Any, jobs: Sequence[JobView], hists: Sequence[tuple[dict[int, dict[str, float]], str]]) -> None:
     """What plot just read of an ended job goes into its final copy, so it is read once (the log
     of a remote cluster's job, streamed here anyway, is the only place its curve is)."""
     from rayjobs import ledger
 
     for job, (h, src) in zip(jobs, hists):
-        if field(job, "from_record") or status_of(job) not in TERMINAL or src == "local":
+        if job.from_record or job.status not in TERMINAL or src == "local":
             continue
-        jid = str(field(job, "submission_id"))
+        jid = job.submission_id
         if src == "log" or not ledger.is_kept(jid):
             keep_job(dash, job, history=h if src == "log" else None)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any, Optional, Sequence
 
 from rayjobs.api.job import connect
+from rayjobs.contract.row import JobRow
+from rayjobs.contract.wire import JobView
 from rayjobs.errors import ClusterUnreachable, ConfigError, RayjobsError
 
 #: ``list`` reads the progress (the log's end) of this many of the newest jobs that run or ran in Ray.
@@ -13,8 +15,8 @@ PROGRESS_ROWS = 100
 
 def list_jobs(*, sweep: Optional[str] = None, statuses: Sequence[str] = (), experiment: Optional[str] = None,
               include_all: bool = False, address: Optional[str] = None, keep: bool = False,
-              say: Any = None) -> list[dict[str, Any]]:
-    """Rows of ``rayjobs list --json`` (oldest first): the queue's jobs (waiting, running, finished),
+              say: Any = None) -> list[JobRow]:
+    """Rows of ``rayjobs list --json`` (:class:`rayjobs.contract.row.JobRow`) (oldest first): the queue's jobs (waiting, running, finished),
     the Ray jobs it does not know (``include_all``), and the jobs of the local record the cluster forgot.
 
     An ended job's final state, log tail and metrics are kept in the local record as the list
@@ -40,7 +42,7 @@ def list_jobs(*, sweep: Optional[str] = None, statuses: Sequence[str] = (), expe
         rows = [r for r in rows if r["experiment"] == experiment] if experiment else rows
         return [r for r in rows if r["status"] in wanted] if wanted else rows
     jobs = queuestatus.all_jobs(d)
-    records = localrows.missing_records((jobrows.field(j, "submission_id") for j in jobs), d.target.key, sweep)
+    records = localrows.missing_records((j.submission_id for j in jobs), d.target.key, sweep)
     try:
         chosen = jobrows.select(jobs, sweep=sweep, experiment=experiment, include_all=include_all)
     except RayjobsError:
@@ -59,7 +61,7 @@ def list_jobs(*, sweep: Optional[str] = None, statuses: Sequence[str] = (), expe
     return [r for r in rows if r["status"] in wanted] if wanted else rows
 
 
-def all_jobs(d: Any) -> list[dict[str, Any]]:
+def all_jobs(d: Any) -> list[JobView]:
     """Every job of the cluster: the queue's, then the Ray jobs it does not know
     (:func:`rayjobs.views.queuestatus.all_jobs`)."""
     from rayjobs.views import queuestatus
@@ -67,12 +69,11 @@ def all_jobs(d: Any) -> list[dict[str, Any]]:
     return queuestatus.all_jobs(d)
 
 
-def check_experiment(name: str, all_jobs: Sequence[Any]) -> None:
+def check_experiment(name: str, all_jobs: Sequence[JobView]) -> None:
     """No job of ``name``: fine if it is a known experiment, else an error with the closest names."""
     from rayjobs.errors import did_you_mean
-    from rayjobs.views.jobfields import job_meta
 
-    names = {job_meta(j).experiment for j in all_jobs} - {""}
+    names = {j.meta.experiment for j in all_jobs} - {""}
     try:
         from rayjobs.config import compose
 

@@ -13,6 +13,7 @@ from rayjobs.errors import ConfigError, RayjobsError
 
 if TYPE_CHECKING:
     from rayjobs.client.dashboard import Dashboard
+    from rayjobs.contract.wire import JobView
 
 
 def connect(address: Optional[str]) -> "Dashboard":
@@ -21,20 +22,20 @@ def connect(address: Optional[str]) -> "Dashboard":
     return _connect(address)
 
 
-def jobs_named(d: "Dashboard", job_ids: Sequence[str], sweep: Optional[str]) -> dict[str, dict[str, Any]]:
+def jobs_named(d: "Dashboard", job_ids: Sequence[str], sweep: Optional[str]) -> dict[str, "JobView"]:
     """The jobs named (by id or unique prefix) and those of ``sweep``, in that order, by id: one GET
     per whole id the queue knows, else one read of every job."""
     from rayjobs.client.dashboard import resolve_prefix
     from rayjobs.views import jobrows, queuestatus
 
     if not sweep:
-        found = {i: d.queue.job(i) for i in dict.fromkeys(job_ids)}
-        if all(found.values()):
+        found = {i: d.queue.view(i) for i in dict.fromkeys(job_ids)}
+        if all(v is not None for v in found.values()):
             return found  # type: ignore[return-value]
     jobs = queuestatus.all_jobs(d)
-    by_id = {str(jobrows.field(j, "submission_id")): j for j in jobs}
+    by_id = {j.submission_id: j for j in jobs}
     ids = [resolve_prefix(j, by_id) for j in job_ids]
-    ids += [str(jobrows.field(j, "submission_id")) for j in jobrows.select(jobs, sweep=sweep)] if sweep else []
+    ids += [j.submission_id for j in jobrows.select(jobs, sweep=sweep)] if sweep else []
     return {i: by_id[i] for i in dict.fromkeys(ids)}
 
 
@@ -59,17 +60,17 @@ def stop_jobs(job_ids: Sequence[str] = (), *, sweep: Optional[str] = None, wait:
         raise ConfigError("name the jobs to stop: rayjobs stop ID... or rayjobs stop --sweep S")
     d = dashboard or connect(address)
     jobs = jobs_named(d, job_ids, sweep)
-    status = {i: jobrows.status_of(j) for i, j in jobs.items()}
+    status = {i: j.status for i, j in jobs.items()}
     for i, s in status.items():
         if s in TERMINAL:
             say(f"{i} already {s}")
     live = [i for i in jobs if status[i] not in TERMINAL]
-    queued = [i for i in live if jobs[i].get("state")]  # the queue's (its views carry a state)
+    queued = [i for i in live if jobs[i].state]  # the queue's (its views carry a state)
     others = [i for i in live if i not in queued]  # Ray jobs rayjobs did not submit
     running = [i for i in live if status[i] != Status.QUEUED]
     if at_checkpoint:
         for i in running:
-            _check_saves_checkpoints(i, jobrows.job_meta(jobs[i]))
+            _check_saves_checkpoints(i, jobs[i].meta)
     redo = list(_redo_lines(d, running, at_checkpoint))  # read before the stop: the step each was at
     if queued:  # a refusal (another's job: 403) is its one line: nothing said before it, nothing changed
         d.queue.stop(queued, mode="checkpoint" if at_checkpoint else "now", timeout_s=timeout)
@@ -107,11 +108,11 @@ def _redo_lines(d: "Dashboard", ids: Sequence[str], at_checkpoint: bool) -> list
     (from the tail of its log: the runner's checkpoint lines), read in parallel."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from rayjobs.views import jobrows
+    from rayjobs.views import jobrows, queuestatus
 
     def one(job_id: str) -> Optional[str]:
         try:
-            job = d.job(job_id)
+            job = queuestatus.ray_view(d, job_id, foreign=False)
             row = jobrows.add_progress(jobrows.base_row(job), job, d, lines=2000)
         except RayjobsError:
             return None
@@ -131,17 +132,17 @@ def _redo_lines(d: "Dashboard", ids: Sequence[str], at_checkpoint: bool) -> list
 
 def _wait_terminal(d: "Dashboard", ids: Sequence[str], queued: set[str], status: dict[str, str], wait: float) -> None:
     """Poll (bounded by ``wait`` seconds) until every job of ``ids`` has ended; ``status`` updated."""
-    from rayjobs.views.jobfields import status_of
+    from rayjobs.views import queuestatus
 
     deadline = time.monotonic() + max(0.0, wait)
     pending = set(ids)
     while pending and time.monotonic() < deadline:
         for i in list(pending):
             try:
-                got = d.queue.job(i) if i in queued else {"status": status_of(d.job(i))}
+                got = d.queue.view(i) if i in queued else queuestatus.ray_view(d, i)
             except RayjobsError:
                 continue
-            status[i] = str((got or {}).get("status") or status.get(i))
+            status[i] = str(got.status if got is not None else status.get(i))
             if status[i] in TERMINAL:
                 pending.discard(i)
         if pending:

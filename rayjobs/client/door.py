@@ -100,17 +100,17 @@ class Door(QueueAPI):
             self._http.verify = False  # no CA for a self-signed certificate: the pin is the check
             self._http.mount("https://", _pinned_adapter(fp))
 
-    #: set by :class:`~rayjobs.client.doorcluster.DoorCluster`: an unfiltered :meth:`jobs` asks for the Ray jobs
+    #: set by :class:`~rayjobs.client.doorcluster.DoorCluster`: an unfiltered :meth:`views` asks for the Ray jobs
     #: the queue does not know in the same requests and keeps them in :attr:`foreign_seen` (one list read, not two)
     fold_foreign = False
-    foreign_seen: Optional[list[dict[str, Any]]] = None
+    foreign_seen: Optional[list[wire.JobView]] = None
 
-    def jobs(self, **filters: Any) -> list[dict[str, Any]]:
+    def views(self, **filters: Any) -> list[wire.JobView]:
         if not self.fold_foreign or filters:
-            return super().jobs(**filters)
-        every = super().jobs(foreign="true")
-        self.foreign_seen = [v for v in every if v.get("foreign")]
-        return [v for v in every if not v.get("foreign")]
+            return super().views(**filters)
+        every = super().views(foreign="true")
+        self.foreign_seen = [v for v in every if v.foreign]
+        return [v for v in every if not v.foreign]
 
     @classmethod
     def of_queue(cls, q: QueueAPI) -> "Door":

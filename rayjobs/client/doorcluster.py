@@ -80,13 +80,13 @@ class DoorCluster:
                 for n in self.info().nodes if n.alive}
 
     # ------------------------------------------------------------------ jobs and their logs
-    def list_jobs(self, *, include_own: bool = False) -> list[dict[str, Any]]:
-        """The Ray jobs the queue does not know (``GET /v1/jobs?foreign=true``): those the queue's list just
-        read (``all_jobs`` asks for the queue's jobs, then these), else asked now."""
+    def list_jobs(self, *, include_own: bool = False) -> list[wire.JobView]:
+        """The Ray jobs the queue does not know (``GET /v1/jobs?foreign=true``), as the door's views: those
+        the queue's list just read (``all_jobs`` asks for the queue's jobs, then these), else asked now."""
         seen, self.queue.foreign_seen = self.queue.foreign_seen, None
         if seen is not None:
             return seen
-        return [v for v in self.queue.jobs(foreign="true") if v.get("foreign")]
+        return [v for v in self.queue.views(foreign="true") if v.foreign]
 
     def job(self, job_id: str) -> dict[str, Any]:
         """A job's view (the queue's, or a foreign Ray job's as the door lists it)."""

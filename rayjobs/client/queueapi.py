@@ -125,8 +125,9 @@ class QueueAPI:
         return out
 
     def jobs(self, **filters: Any) -> list[dict[str, Any]]:
-        """:meth:`views` as dicts (the views read them beside Ray's job dicts): declared fields only."""
-        return [dict(vars(v)) for v in self.views(**filters)]  # (a JobView nests no wire object)
+        """:meth:`views` as plain dicts (declared fields only), for callers that keep JSON (tests,
+        scripts, the door's follower); the views read :meth:`views`."""
+        return [wire.to_json(v) for v in self.views(**filters)]
 
     def view(self, job_id: str) -> Optional[wire.JobView]:
         """One job's view, or None if the queue has no record of it."""
@@ -136,9 +137,9 @@ class QueueAPI:
             return None
 
     def job(self, job_id: str) -> Optional[dict[str, Any]]:
-        """:meth:`view` as a dict (declared fields only), or None."""
+        """:meth:`view` as a plain dict (declared fields only), or None; the views read :meth:`view`."""
         v = self.view(job_id)
-        return None if v is None else dict(vars(v))
+        return None if v is None else wire.to_json(v)
 
     def stop(self, ids: Sequence[str], *, mode: str = "now", timeout_s: float = 3600.0) -> list[wire.StopOutcome]:
         doc = self.call("POST", "/jobs/stop", body={"ids": list(ids), "mode": mode, "timeout_s": float(timeout_s)})

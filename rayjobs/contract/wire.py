@@ -17,6 +17,9 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
 
+from rayjobs.contract.meta import JobMeta
+from rayjobs.contract.status import word
+
 #: The API's version: every route is under this prefix.
 PREFIX = "/v1"
 #: Where the head's queue listens (its loopback only), unless ``$RAYJOBS_API_PORT`` says otherwise.
@@ -112,6 +115,31 @@ class JobView:
     #: [admitted, ended] (epoch s) of each time it held GPUs and gave them back ([] until it first did)
     spans: list[list[float]] = field(default_factory=list)
     foreign: bool = False  #: a Ray job the queue does not know (``GET /v1/jobs?foreign=true``; ``state`` "")
+
+    @property
+    def from_record(self) -> bool:
+        """The laptop's, never on the wire: a job only its local record knows (``views.localrows.RecordJob``)."""
+        return False
+
+    @functools.cached_property
+    def meta(self) -> JobMeta:
+        """Its metadata, parsed once (every view reads a job's rayjobs keys through this)."""
+        return JobMeta.from_ray(self.metadata)
+
+    @classmethod
+    def from_ray(cls, details: Any, *, foreign: bool = True) -> "JobView":
+        """A job as Ray's details give it (``GET /api/jobs/ID``'s dict, the SDK's ``JobDetails``, or
+        a door's dict of a job it lists) as a view: what Ray's fields say (status, metadata, times,
+        message, driver node); ``foreign``: the queue does not know it. A JobView is returned as it is.
+        Read by name, so contract/ needs no Ray."""
+        if isinstance(details, JobView):
+            return details
+        get = details.get if isinstance(details, dict) else (lambda k, d=None: getattr(details, k, d))
+        return cls(submission_id=str(get("submission_id") or ""),
+                   status=word(get("status"), "UNKNOWN"), state=str(get("state") or ""),
+                   metadata={str(k): str(v) for k, v in (get("metadata") or {}).items()},
+                   message=get("message"), start_time=get("start_time"), end_time=get("end_time"),
+                   driver_node_id=get("driver_node_id"), in_ray=True, foreign=foreign)
 
 
 @dataclass

@@ -45,6 +45,7 @@ from rayjobs.submit.spec import format_value
 
 if TYPE_CHECKING:
     from rayjobs.client.dashboard import Dashboard
+    from rayjobs.contract.wire import JobView
 
 #: The metadata key of an evaluation: the training job whose checkpoint it evaluates (compare reads it).
 EVAL_OF = "eval_of"
@@ -136,14 +137,14 @@ def check_override(ov: str) -> None:
 
 
 # --------------------------------------------------------------------------- the points
-def all_jobs(d: "Dashboard") -> list[Any]:
+def all_jobs(d: "Dashboard") -> list["JobView"]:
     """Every job of the cluster (Ray's and the queue's), as ``rayjobs list`` reads them."""
     from rayjobs.views import queuestatus
 
     return queuestatus.all_jobs(d)
 
 
-def named_points(jobs: Sequence[Any], tokens: Sequence[str]) -> list[tuple[str, dict[str, str]]]:
+def named_points(jobs: Sequence["JobView"], tokens: Sequence[str]) -> list[tuple[str, dict[str, str]]]:
     """(id, metadata) of each training job ``tokens`` name, in order, once each: an id (or the unique
     start of one), or a sweep id (or the unique start of one) for its points in point order. A run
     that ``rayjobs resume`` continued is its newest job (the one that ends with its last checkpoint).
@@ -152,21 +153,20 @@ def named_points(jobs: Sequence[Any], tokens: Sequence[str]) -> list[tuple[str, 
         NoSuchJob: a token that names no job or sweep of the cluster (the closest ids named).
     """
     from rayjobs.views import compare, jobrows
-    from rayjobs.views.jobfields import field, job_meta, meta
 
     ordered = sorted(jobs, key=jobrows.order)
     newest = {i: job for job, chain in compare.points(ordered) for i in chain}
-    ids = [str(field(j, "submission_id")) for j in ordered]
+    ids = [j.submission_id for j in ordered]
     sweeps: dict[str, list[str]] = {}
     for j in ordered:
-        if job_meta(j).sweep:
-            sweeps.setdefault(job_meta(j).sweep, []).append(str(field(j, "submission_id")))
+        if j.meta.sweep:
+            sweeps.setdefault(j.meta.sweep, []).append(j.submission_id)
     out: dict[str, dict[str, str]] = {}
     for token in tokens:
         for jid in _resolve(token, ids, sweeps):
             job = newest.get(jid)
             if job is not None:
-                out.setdefault(str(field(job, "submission_id")), dict(meta(job)))
+                out.setdefault(job.submission_id, dict(job.metadata))
     return list(out.items())
 
 

@@ -22,7 +22,8 @@ from rayjobs.contract.ranking import last_best as summary
 from rayjobs.errors import ConfigError
 from rayjobs.shared import TERMINAL
 from rayjobs.views import jobrows, plot
-from rayjobs.views.jobfields import field, job_meta, meta
+from rayjobs.contract.row import JobRow
+from rayjobs.contract.wire import JobView
 
 DEFAULT_METRIC = plot.DEFAULT_METRIC
 MODES = ("auto", "max", "min")
@@ -53,18 +54,18 @@ def pick_metrics(logged: Sequence[str], wanted: Sequence[str]) -> tuple[list[str
     return [DEFAULT_METRIC, *vals], (vals[0] if vals else DEFAULT_METRIC)
 
 
-def points(jobs: Sequence[Any]) -> list[tuple[Any, list[str]]]:
+def points(jobs: Sequence[JobView]) -> list[tuple[JobView, list[str]]]:
     """(the job that stands for each point, the ids of its jobs, oldest first), in the order of
     each point's first job: a point that ``rayjobs resume`` continued (``ID-r1``, the same run) is
     its newest job, the earlier ones listed with it."""
-    by_id = {str(field(j, "submission_id")): j for j in jobs}
-    newer = {job_meta(j).resumed_from: str(field(j, "submission_id")) for j in jobs
-             if job_meta(j).resumed_from in by_id}
+    by_id = {j.submission_id: j for j in jobs}
+    newer = {j.meta.resumed_from: j.submission_id for j in jobs
+             if j.meta.resumed_from in by_id}
     out = []
     for j in jobs:
-        if job_meta(j).resumed_from in by_id:
+        if j.meta.resumed_from in by_id:
             continue  # part of the point its first job stands at
-        chain = [str(field(j, "submission_id"))]
+        chain = [j.submission_id]
         while chain[-1] in newer and newer[chain[-1]] not in chain:
             chain.append(newer[chain[-1]])
         out.append((by_id[chain[-1]], chain))
@@ -88,36 +89,36 @@ def chain_curve(curves: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return dict(curves[-1], series=series)
 
 
-def fill_totals(dash: Any, rows: Sequence[dict[str, Any]], jobs: Sequence[Any]) -> None:
+def fill_totals(dash: Any, rows: Sequence[JobRow], jobs: Sequence[JobView]) -> None:
     """The total steps of rows that lack it, from the start of each log (``list`` reads only its end;
     verl prints the total once, at the start), 8 logs at a time, each read stopping once it is seen."""
     from rayjobs.views import logparse
 
-    def one(rj: tuple[dict[str, Any], Any]) -> None:
+    def one(rj: tuple[JobRow, JobView]) -> None:
         row, job = rj
         p = logparse.Progress()
         try:
-            jobrows.scan_head(dash, str(row["id"]), str(field(job, "driver_node_id")), p, limit=1 << 20)
+            jobrows.scan_head(dash, str(row["id"]), str(job.driver_node_id), p, limit=1 << 20)
         except Exception:  # noqa: BLE001  (a dead node, a pruned log: the row stays without it)
             return
         row["total_steps"] = p.total
 
     todo = [(r, j) for r, j in zip(rows, jobs) if r.get("total_steps") is None and r.get("step") is not None
-            and field(j, "driver_node_id") and not field(j, "pruned") and not field(j, "from_record")]
+            and j.driver_node_id and not j.pruned and not j.from_record]
     if dash is not None and todo:
         with ThreadPoolExecutor(max_workers=8) as pool:
             list(pool.map(one, todo))
 
 
 # --------------------------------------------------------------------------- evaluation jobs
-def eval_jobs(jobs: Sequence[Any], point_ids: set[str]) -> list[Any]:
+def eval_jobs(jobs: Sequence[JobView], point_ids: set[str]) -> list[JobView]:
     """The evaluation jobs of the points (metadata ``eval_of`` = one of ``point_ids``): those in
     ``jobs`` (the cluster's), then those only the local record still has (their kept copy, or
     what was last seen of them)."""
     from rayjobs import ledger
 
-    found = [j for j in jobs if job_meta(j).eval_of in point_ids]
-    known = {str(field(j, "submission_id")) for j in jobs}
+    found = [j for j in jobs if j.meta.eval_of in point_ids]
+    known = {j.submission_id for j in jobs}
     newest: dict[str, dict[str, Any]] = {}
     for e in ledger.entries():
         if JobMeta.from_ray(e.get("metadata")).eval_of in point_ids and str(e.get("id")) not in known:
@@ -129,7 +130,7 @@ def eval_jobs(jobs: Sequence[Any], point_ids: set[str]) -> list[Any]:
     return found + localrows.as_local_jobs(rows)
 
 
-def eval_values(dash: Any, evals: Sequence[Any], rank: str) -> dict[str, dict[str, Any]]:
+def eval_values(dash: Any, evals: Sequence[JobView], rank: str) -> dict[str, dict[str, Any]]:
     """Per evaluated point id: its newest evaluation job's id, status and val-core value (the
     ranking metric when the evaluation logged it, else its val-core reward; None until logged).
     The curves are read as plot reads them (:func:`plot.collect`)."""
@@ -141,13 +142,13 @@ def eval_values(dash: Any, evals: Sequence[Any], rank: str) -> dict[str, dict[st
         logged = [m for m in data["metrics"] if dj["series"].get(m)]
         names = ([rank] if rank in logged else []) + val_metrics([m for m in logged if m.startswith("val-core/")])
         s = summary(dj["series"][names[0]], "max") if names else None
-        out[job_meta(job).eval_of] = {"id": dj["id"], "status": dj["status"], "metric": names[0] if names else None,
+        out[job.meta.eval_of] = {"id": dj["id"], "status": dj["status"], "metric": names[0] if names else None,
                                    "value": s["last"] if s else None, "step": s["last_step"] if s else None}
     return out
 
 
 # --------------------------------------------------------------------------- the rows
-def build(jobs: Sequence[Any], rows: dict[str, dict[str, Any]], data: dict[str, Any], wanted: Sequence[str] = (),
+def build(jobs: Sequence[JobView], rows: dict[str, JobRow], data: dict[str, Any], wanted: Sequence[str] = (),
           mode: str = "auto", evals: Optional[dict[str, dict[str, Any]]] = None) -> list[dict[str, Any]]:
     """One row per point of the sweep's ``jobs`` (point order).
 
@@ -166,10 +167,10 @@ def build(jobs: Sequence[Any], rows: dict[str, dict[str, Any]], data: dict[str, 
     curves = {str(dj["id"]): dj for dj in data["jobs"]}
     shown, rank = pick_metrics(data["metrics"], wanted)
     pts = points(jobs)
-    keys, values = swept([meta(j) for j, _ in pts])
+    keys, values = swept([j.metadata for j, _ in pts])
     out = []
     for (job, chain), vals in zip(pts, values):
-        jid = str(field(job, "submission_id"))
+        jid = job.submission_id
         ev = next((evals[i] for i in reversed(chain) if evals and i in evals), None)
         r = _row(job, rows[jid], chain_curve([curves[i] for i in chain if i in curves]), shown, mode)
         r.update(jobs=chain, point={k: vals.get(k) for k in keys}, ranked_by=rank, eval=ev)
@@ -178,13 +179,13 @@ def build(jobs: Sequence[Any], rows: dict[str, dict[str, Any]], data: dict[str, 
     return out
 
 
-def _row(job: Any, row: dict[str, Any], curve: dict[str, Any], shown: Sequence[str], mode: str) -> dict[str, Any]:
+def _row(job: JobView, row: JobRow, curve: dict[str, Any], shown: Sequence[str], mode: str) -> dict[str, Any]:
     metrics = {m: summary(curve["series"].get(m) or [], metric_mode(m, mode)) for m in shown}
     step = row.get("step")
     if step is None:  # the rows read the log's end; the curve may know more (a kept copy, the JSONL)
         step = max((p[0] for s in curve["series"].values() for p in s), default=None)
-    ckpt, ckdir = row.get("checkpoint_step"), job_meta(job).checkpoint_dir or None
-    return {"id": str(field(job, "submission_id")), "sweep": row.get("sweep"), "label": row.get("label"),
+    ckpt, ckdir = row.get("checkpoint_step"), job.meta.checkpoint_dir or None
+    return {"id": job.submission_id, "sweep": row.get("sweep"), "label": row.get("label"),
             "status": row["status"], "status_text": jobrows.status_text(row),
             "source": row.get("source") or "cluster", "final": row.get("final", row["status"] in TERMINAL),
             "curves_from": curve["source"], "step": step, "total_steps": row.get("total_steps"),

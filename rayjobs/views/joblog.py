@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
 if TYPE_CHECKING:
     from rayjobs.client.dashboard import Dashboard
+    from rayjobs.contract.wire import JobView
 
 Say = Optional[Callable[[str], None]]
 
@@ -25,24 +26,25 @@ def iter_log(d: "Dashboard", job_id: str, *, tail: Optional[int] = None, clean: 
     """
     from rayjobs.client.dashboard import DashboardDown
     from rayjobs.errors import JobNotFound
-    from rayjobs.views import jobfields, logparse, queuestatus
+    from rayjobs.views import logparse, queuestatus
 
     try:
-        info = d.job(job_id)
+        info: Optional["JobView"] = queuestatus.ray_view(d, job_id, foreign=False)
     except JobNotFound:
         info = None
-    if info is None or not jobfields.meta(info):  # gone, or the entry Ray writes back for a job pruned too soon
+    if info is None or not info.metadata:  # gone, or the entry Ray writes back for a job pruned too soon
         view = queuestatus.queue_job(d, job_id)
         got = False
         for text in recorded_log(d, job_id, tail, clean, view):
             got = got or bool(text)
             yield text
-        if got or (info is None and not (view and view.get("state") == "done")):
+        done = view is not None and view.state == "done"
+        if got or (info is None and not done):
             return
-        if view and view.get("state") == "done":
+        if done:
             yield from kept_chunks(view, tail, clean, say)
             return
-    node = jobfields.field(info, "driver_node_id")
+    node = info.driver_node_id
     if not node:
         return
     split = logparse.LineSplitter()
@@ -58,7 +60,7 @@ def iter_log(d: "Dashboard", job_id: str, *, tail: Optional[int] = None, clean: 
 
 
 def recorded_log(d: "Dashboard", job_id: str, tail: Optional[int], clean: bool,
-                 view: Optional[dict[str, Any]] = None) -> Iterator[str]:
+                 view: Optional["JobView"] = None) -> Iterator[str]:
     """The driver log of a job the queue finished and Ray no longer lists (by its file name),
     streamed in chunks of whole lines (a 100k-line log is never held in memory). Nothing when the
     node that wrote it is not the dashboard's any more (the head's Ray restarted)."""
@@ -66,7 +68,8 @@ def recorded_log(d: "Dashboard", job_id: str, tail: Optional[int], clean: bool,
     from rayjobs.views import logparse
     from rayjobs.views import queuestatus
 
-    node = (view if view is not None else queuestatus.queue_job(d, job_id) or {}).get("driver_node_id")
+    view = view if view is not None else queuestatus.queue_job(d, job_id)
+    node = view.driver_node_id if view is not None else None
     if not node:
         return
     params = {"node_id": node, "filename": f"job-driver-{job_id}.log", "lines": tail if tail is not None else -1}
@@ -114,16 +117,14 @@ def _read(path: Path) -> Optional[str]:
         return None
 
 
-def kept_log(job: Any, *, whole: bool = True) -> Optional[Kept]:
+def kept_log(job: "JobView", *, whole: bool = True) -> Optional[Kept]:
     """What is left of an ended job's log once Ray no longer serves it: its whole log file where it
     is readable here (``whole``; the embedded head's earlier session), else the end its runner kept
     on the storage root (:func:`rayjobs.contract.paths.kept_log`, readable here), else the end the
     local record kept (:mod:`rayjobs.ledger`); None when nothing is."""
     from rayjobs.contract import paths
     from rayjobs import ledger
-    from rayjobs.views.jobfields import job_id, job_meta
-
-    jid, run_dir = job_id(job), job_meta(job).run_dir
+    jid, run_dir = job.submission_id, job.meta.run_dir
     stored_at = paths.kept_log(run_dir, jid) if run_dir else None
     stored = _read(stored_at) if stored_at is not None else None
     named = paths.whole_log_of(stored) if stored else None
@@ -140,19 +141,17 @@ def kept_log(job: Any, *, whole: bool = True) -> Optional[Kept]:
     return None
 
 
-def nothing_kept(job: Any) -> str:
+def nothing_kept(job: "JobView") -> str:
     """One line for an ended job none of whose log is readable here: where its end may still be."""
     from rayjobs.contract import paths
-    from rayjobs.views.jobfields import job_id, job_meta
-
-    jid, run_dir = job_id(job), job_meta(job).run_dir
+    jid, run_dir = job.submission_id, job.meta.run_dir
     line = f"Ray no longer serves {jid}'s log (the head's Ray restarted since it ran) and no copy of it is readable here"
     if run_dir and not os.path.isdir(run_dir):  # the cluster's storage root, not mounted here
         line += f"; its runner keeps the end on the cluster's storage root: {paths.kept_log(run_dir, jid)}"
     return line
 
 
-def kept_chunks(job: Any, tail: Optional[int], clean: bool, say: Say = None) -> Iterator[str]:
+def kept_chunks(job: "JobView", tail: Optional[int], clean: bool, say: Say = None) -> Iterator[str]:
     """:func:`kept_log`'s text (the last ``tail`` lines), in chunks; ``say`` is told where it is from."""
     from rayjobs.views import logparse
 

@@ -1,9 +1,8 @@
-"""Rows for ``rayjobs list`` / ``rayjobs status``: Ray's job details + rayjobs metadata + progress.
+"""Rows for ``rayjobs list`` / ``rayjobs status``: a job's view (:class:`rayjobs.contract.wire.JobView`)
++ its rayjobs metadata + progress.
 
-A row is a JSON-able dict with the contract's fields (design §3): ``id, status, experiment, sweep,
-overrides, priority, attempt, submitted_at, queue_position``, plus ``sweep_overrides, run, gpus,
-start_time, end_time, message (Ray's, without its log copy), error (the log's last exception line, FAILED jobs), step, total_steps, score, metrics, wandb_url``. ``QUEUED`` and
-``queue_position`` are the queue's (:mod:`rayjobs.views.queuestatus`). Rows of jobs only the
+A row is a JSON-able dict with the contract's fields (design §3), declared with their meaning in
+:class:`rayjobs.contract.row.JobRow`. ``QUEUED`` and ``queue_position`` are the queue's (:mod:`rayjobs.views.queuestatus`). Rows of jobs only the
 local record knows are :mod:`rayjobs.views.localrows`; the final copies kept of ended jobs are
 written by :mod:`rayjobs.api.keeping` (views read, never write).
 Progress comes from the run's metrics JSONL when its dir is readable here (the embedded
@@ -18,19 +17,20 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional
 
 from rayjobs.contract.meta import JobMeta
+from rayjobs.contract.row import JobRow
 from rayjobs.contract.status import NOT_STARTED, Status
+from rayjobs.contract.wire import JobView
 from rayjobs.errors import ConfigError, JobNotFound, did_you_mean
+from rayjobs.shared import STATUSES, TERMINAL
+from rayjobs.views import logparse, metricfiles
 
 if TYPE_CHECKING:
     from rayjobs.client.dashboard import Dashboard
-from rayjobs.shared import STATUSES, TERMINAL
-from rayjobs.views import logparse, metricfiles
-from rayjobs.views.jobfields import field, getter, gpu_groups, job_meta, meta, status_of
 
 
-
-def is_rayjobs(job: Any) -> bool:
-    return "rayjobs" in meta(job)
+def is_rayjobs(job: JobView) -> bool:
+    """Did rayjobs submit it (its metadata carries rayjobs' version)?"""
+    return "rayjobs" in job.metadata
 
 
 def sweep_label(m: Mapping[str, str]) -> str:
@@ -82,42 +82,41 @@ def iso_s(t: Any) -> Optional[str]:
     return datetime.fromtimestamp(float(t), tz=timezone.utc).astimezone().isoformat(timespec="milliseconds")
 
 
-def submitted_ts(job: Any) -> float:
+def submitted_ts(job: JobView) -> float:
     """Seconds since the epoch the job was submitted (metadata, else Ray's start time)."""
-    s = (field(job, "metadata") or {}).get("submitted_at")
-    if s:
+    if job.meta.submitted_at:
         try:
-            return datetime.fromisoformat(s).timestamp()
+            return datetime.fromisoformat(job.meta.submitted_at).timestamp()
         except ValueError:
             pass
-    return (field(job, "start_time") or 0) / 1000
+    return (job.start_time or 0) / 1000
 
 
-def order(job: Any) -> tuple[float, int, str]:
+def order(job: JobView) -> tuple[float, int, str]:
     """Sort key: submission time, then sweep point number (``-2`` before ``-10``), then id."""
-    sid = str(field(job, "submission_id") or "")
+    sid = job.submission_id
     tail = sid.rsplit("-", 1)[-1]
-    point = int(tail) if (field(job, "metadata") or {}).get("sweep") and tail.isdigit() else -1
+    point = int(tail) if job.meta.sweep and tail.isdigit() else -1
     return submitted_ts(job), point, sid
 
 
-def gpus(job: Any) -> int:
-    return sum(gpu_groups(job))
+def gpus(job: JobView) -> int:
+    """The GPUs the job asks for (every placement group's)."""
+    return job.meta.gpus
 
 
-def base_row(job: Any, over: Optional[dict[str, Any]] = None) -> dict[str, Any]:
-    """The row of one job (Ray's details, or the dict form the queue gives of a job it holds)."""
-    f = getter(job)
-    jm = JobMeta.from_ray(f("metadata"))
-    status = status_of(job)
+def base_row(job: JobView, over: Optional[dict[str, Any]] = None) -> JobRow:
+    """The row of one job (the queue's view, or Ray's of a job the queue does not know); its keys
+    are :class:`rayjobs.contract.row.JobRow`'s, their meaning documented there."""
+    jm, status = job.meta, job.status
     sweep_overrides, overrides = list(jm.sweep_overrides), list(jm.overrides)
     over = dict(over or {})
-    if f("queue_position") is not None:
-        over.setdefault("queue_position", f("queue_position"))
-    preempted = f("preempted") or {}
-    sub = jm.submitted_at or iso_ms(f("start_time"))
+    if job.queue_position is not None:
+        over.setdefault("queue_position", job.queue_position)
+    preempted = job.preempted or {}
+    sub = jm.submitted_at or iso_ms(job.start_time)
     return {
-        "id": f("submission_id"),
+        "id": job.submission_id or None,
         "status": over.get("status", status),
         "experiment": jm.experiment,
         "sweep": jm.sweep or None,
@@ -130,33 +129,33 @@ def base_row(job: Any, over: Optional[dict[str, Any]] = None) -> dict[str, Any]:
         "sweep_overrides": sweep_overrides,
         "label": label_of(sweep_overrides, overrides),
         "run": jm.run or None,
-        "resumed_from": jm.resumed_from or None,  #: the job `rayjobs resume` continued
-        "rerun_of": jm.rerun_of or None,  #: the job `rayjobs rerun` ran again
+        "resumed_from": jm.resumed_from or None,
+        "rerun_of": jm.rerun_of or None,
         "gpus": jm.gpus,
-        "start_time": iso_ms(f("start_time")),
-        "end_time": iso_ms(f("end_time")),
-        "queued_at": iso_s(f("queued_at")),  #: the queue's own times (None for a job it never held)
-        "admitted_at": iso_s(f("admitted_at")),
-        "finished_at": iso_s(f("finished_at")),
-        "message": short_message(f("message")),
-        "cause": f("cause"),  # why the queue ended it ("cluster restarted"), if it did
-        "reaped": list(f("reaped") or []),  #: what the queue killed of it once it ended (reaper)
-        "user": jm.user or None,  #: who submitted it (per-user quotas)
+        "start_time": iso_ms(job.start_time),
+        "end_time": iso_ms(job.end_time),
+        "queued_at": iso_s(job.queued_at),
+        "admitted_at": iso_s(job.admitted_at),
+        "finished_at": iso_s(job.finished_at),
+        "message": short_message(job.message),
+        "cause": job.cause,
+        "reaped": list(job.reaped),
+        "user": jm.user or None,
         "preemptible": jm.preemptible,
-        "after": list(jm.after),  #: the jobs it waits for (rayjobs.after)
-        "held": f("held"),  #: why the queue holds it back: "after", "quota", "requeueing"
-        "preempted_by": preempted.get("by"),  #: it waits again, preempted by this job
-        "redo_steps": preempted.get("redo"),  #: the steps that preemption costs it
-        "preemptions": int(f("preemptions") or 0) or None,
-        "preempting_for": f("preempting_for"),  #: it is being stopped at its next checkpoint for this job
-        "preempt_why": f("preempt_why") if f("preempting_for") else None,  #: why it was chosen
-        "rungs": f("rungs") or None,  #: successive halving: its value at each rung it reached
-        "halved": f("halved"),  #: {rung, value, rank, of, text}: its sweep's halving stopped it
-        "lost": lost_lines(f("lost_runs")),  #: its Ray runs lost with the head, and where their logs stay
+        "after": list(jm.after),
+        "held": job.held,
+        "preempted_by": preempted.get("by"),
+        "redo_steps": preempted.get("redo"),
+        "preemptions": int(job.preemptions or 0) or None,
+        "preempting_for": job.preempting_for,
+        "preempt_why": job.preempt_why if job.preempting_for else None,
+        "rungs": job.rungs or None,
+        "halved": job.halved,
+        "lost": lost_lines(job.lost_runs),
         "error": None,
         "step": None,
         "total_steps": None,
-        "checkpoint_step": None,  #: the last complete checkpoint (a resume starts from it)
+        "checkpoint_step": None,
         "score": None,
         "metrics": {},
         "wandb_url": None,
@@ -168,7 +167,7 @@ def max_attempts(jm: JobMeta) -> int:
     return 1 + max(0, jm.max_retries) + max(0, jm.lost_runs)
 
 
-def attempt_text(row: dict[str, Any]) -> str:
+def attempt_text(row: JobRow) -> str:
     """``2/3`` (attempt k of at most N), ``2`` without retries, empty before the first attempt."""
     k, n = row.get("attempt"), row.get("max_attempts") or 1
     if not k:
@@ -177,7 +176,7 @@ def attempt_text(row: dict[str, Any]) -> str:
     return f"{k}/{n}" if 1 < n and k <= n else str(k)
 
 
-def status_text(r: dict[str, Any]) -> str:
+def status_text(r: JobRow) -> str:
     """A row's status as the tables show it: ``QUEUED #3``, ``FAILED (cause)``; from the local
     record ``SUCCEEDED*`` (the final state kept), ``RUNNING (cluster gone)`` (last seen),
     ``UNKNOWN (record)`` (a job no command saw)."""
@@ -197,7 +196,7 @@ def status_text(r: dict[str, Any]) -> str:
     return status
 
 
-def queue_note(r: dict[str, Any]) -> str:
+def queue_note(r: JobRow) -> str:
     """What the queue does with the job, for STATUS: `` (PREEMPTED by X)``, `` (preempted by X: to its
     next checkpoint)``, `` (quota)``, `` (after X)``; empty otherwise."""
     if r.get("preempted_by") and r.get("status") == Status.QUEUED:
@@ -223,25 +222,25 @@ def short_message(message: Any) -> Optional[str]:
     return " ".join(text.split(", last available logs")[0].split()) or None
 
 
-def add_progress(row: dict[str, Any], job: Any, dash: Optional["Dashboard"], lines: int = 400,
-                 head_scan: bool = False, tails: Optional[dict[str, bytes]] = None, log: bool = True) -> dict[str, Any]:
+def add_progress(row: JobRow, job: JobView, dash: Optional["Dashboard"], lines: int = 400,
+                 head_scan: bool = False, tails: Optional[dict[str, bytes]] = None, log: bool = True) -> JobRow:
     """Fill step/score/attempt/W&B from the JSONL (if readable here) or the log's tail; a job the
     queue has finished from the final metrics it recorded, and -- ``log``, while Ray still has it
     -- what only its log says (total steps, W&B URL, the error).
 
     ``tails``: where to leave the raw log tail read (by id), so a final copy needs no second read.
     """
-    if field(job, "from_queue"):
+    if job.from_queue:
         _final_progress(row, job)
-        read = _ended_log_facts(row, job, dash, lines, head_scan, tails) if log and not field(job, "pruned") else None
+        read = _ended_log_facts(row, job, dash, lines, head_scan, tails) if log and not job.pruned else None
         if read is False or (read is None and head_scan):  # Ray no longer serves its log: what was kept of it
             _kept_facts(row, job, tails)
         return row
     if row["status"] == Status.QUEUED:
         return row
-    files = metricfiles.jsonl_files(job_meta(job).run_dir or None)
+    files = metricfiles.jsonl_files(job.meta.run_dir or None)
     p = logparse.Progress()
-    node = field(job, "driver_node_id")
+    node = job.driver_node_id
     if node and dash is not None:
         try:
             raw = dash.log_tail(row["id"], node, lines, max_bytes=8 << 20)
@@ -277,26 +276,26 @@ def add_progress(row: dict[str, Any], job: Any, dash: Optional["Dashboard"], lin
     return row
 
 
-def _final_progress(row: dict[str, Any], job: Any) -> dict[str, Any]:
+def _final_progress(row: JobRow, job: JobView) -> JobRow:
     """An ended job's progress from what the queue kept of it: its own attempts only (a resume of
     the same run has its own row)."""
-    final = field(job, "final") or {}
+    final = job.final or {}
     data = dict(final.get("data") or {})
-    row["checkpoint_step"] = field(job, "checkpoint_step")
+    row["checkpoint_step"] = job.checkpoint_step
     row["step"] = final.get("step")
     row["score"] = data.get("critic/score/mean")
     row["metrics"] = {k: v for k, v in data.items() if isinstance(v, (int, float))}
-    own = [int(a) for a in field(job, "attempts") or []]
+    own = [int(a) for a in job.attempts or []]
     if row["attempt"] is None:
         row["attempt"] = max(own) if own else int(final.get("attempts") or 1)
     return row
 
 
-def _ended_log_facts(row: dict[str, Any], job: Any, dash: Optional["Dashboard"], lines: int, head_scan: bool,
+def _ended_log_facts(row: JobRow, job: JobView, dash: Optional["Dashboard"], lines: int, head_scan: bool,
                      tails: Optional[dict[str, bytes]]) -> Optional[bool]:
     """What an ended job's log says that the queue did not keep: total steps, W&B URL, the error.
     True: read; False: Ray could not serve the log (its node gone: the head's Ray restarted); None: no node."""
-    node = field(job, "driver_node_id")
+    node = job.driver_node_id
     if not node or dash is None:
         return None
     p = logparse.Progress()
@@ -314,7 +313,7 @@ def _ended_log_facts(row: dict[str, Any], job: Any, dash: Optional["Dashboard"],
     return True
 
 
-def _kept_facts(row: dict[str, Any], job: Any, tails: Optional[dict[str, bytes]]) -> None:
+def _kept_facts(row: JobRow, job: JobView, tails: Optional[dict[str, bytes]]) -> None:
     """:func:`_ended_log_facts` from what was kept of the log where Ray no longer serves it: the end
     its runner kept on the storage root (readable here), else the local record's copy."""
     from rayjobs.views import joblog
@@ -330,7 +329,7 @@ def _kept_facts(row: dict[str, Any], job: Any, tails: Optional[dict[str, bytes]]
     _log_facts(row, p, tail)
 
 
-def _log_facts(row: dict[str, Any], p: logparse.Progress, tail: str) -> None:
+def _log_facts(row: JobRow, p: logparse.Progress, tail: str) -> None:
     row["total_steps"] = p.total or row.get("total_steps")
     row["wandb_url"] = p.wandb_url or row.get("wandb_url")
     if row["step"] is None and p.step is not None:  # no metrics file kept (a plain log's progress only)
@@ -359,8 +358,8 @@ def scan_head(dash: "Dashboard", job_id: str, node: str, p: logparse.Progress, l
     p.attempt = p.attempt or head.attempt
 
 
-def rows(jobs: Iterable[Any], dash: Optional["Dashboard"], progress: bool = True, limit_progress: int = 100,
-         tails: Optional[dict[str, bytes]] = None) -> list[tuple[dict[str, Any], Any]]:
+def rows(jobs: Iterable[JobView], dash: Optional["Dashboard"], progress: bool = True, limit_progress: int = 100,
+         tails: Optional[dict[str, bytes]] = None) -> list[tuple[JobRow, JobView]]:
     """(row, job) for ``jobs``, oldest first: progress for the newest ``limit_progress`` that run or
     ran in Ray (their logs read), and for every ended one from what the queue kept (``final``).
     ``tails``: where the raw log tails read go (by id), so a final copy needs no second read.
@@ -369,9 +368,9 @@ def rows(jobs: Iterable[Any], dash: Optional["Dashboard"], progress: bool = True
     jobs = sorted(jobs, key=order)
     out = [base_row(j) for j in jobs]
     if progress and out:
-        in_ray = [i for i, j in enumerate(jobs) if not (field(j, "from_queue") and field(j, "pruned"))]
+        in_ray = [i for i, j in enumerate(jobs) if not (j.from_queue and j.pruned)]
         read = set(in_ray[-limit_progress:])
-        todo = sorted(read | {i for i, j in enumerate(jobs) if field(j, "from_queue")})
+        todo = sorted(read | {i for i, j in enumerate(jobs) if j.from_queue})
         with ThreadPoolExecutor(max_workers=8) as pool:
             list(pool.map(lambda i: add_progress(out[i], jobs[i], dash, tails=tails, log=i in read), todo))
     for r in out:
@@ -380,25 +379,25 @@ def rows(jobs: Iterable[Any], dash: Optional["Dashboard"], progress: bool = True
     return list(zip(out, jobs))
 
 
-def select(jobs: Iterable[Any], sweep: Optional[str] = None, status: Optional[list[str]] = None,
-           experiment: Optional[str] = None, include_all: bool = False) -> list[Any]:
+def select(jobs: Iterable[JobView], sweep: Optional[str] = None, status: Optional[list[str]] = None,
+           experiment: Optional[str] = None, include_all: bool = False) -> list[JobView]:
     """Filter jobs; an unknown sweep id is an error naming the closest ones."""
     jobs = list(jobs)
     mine = jobs if include_all else [j for j in jobs if is_rayjobs(j)]
     if sweep:
-        named = sweep_named(sweep, {job_meta(j).sweep for j in jobs})
-        mine = [j for j in jobs if job_meta(j).sweep == named]
+        named = sweep_named(sweep, {j.meta.sweep for j in jobs})
+        mine = [j for j in jobs if j.meta.sweep == named]
     if experiment:
-        mine = [j for j in mine if job_meta(j).experiment == experiment]
+        mine = [j for j in mine if j.meta.experiment == experiment]
     return mine
 
 
-def resolve_sweep(sweep: str, jobs: Iterable[Any]) -> str:
+def resolve_sweep(sweep: str, jobs: Iterable[JobView]) -> str:
     """The sweep id ``sweep`` names (itself, or the one id it starts) among the sweeps of ``jobs`` and
     of the local record (a sweep the cluster forgot is still one); an unknown one names the closest."""
     from rayjobs import ledger
 
-    return sweep_named(sweep, {job_meta(j).sweep for j in jobs} | {str(e.get("sweep") or "") for e in ledger.entries()})
+    return sweep_named(sweep, {j.meta.sweep for j in jobs} | {str(e.get("sweep") or "") for e in ledger.entries()})
 
 
 def sweep_named(sweep: str, names: Iterable[str]) -> str:

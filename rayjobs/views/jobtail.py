@@ -16,6 +16,7 @@ import time
 from typing import TYPE_CHECKING, Any, Optional
 
 from rayjobs.contract.status import Status
+from rayjobs.contract.wire import JobView
 from rayjobs.shared import STANDBY_KEY, TERMINAL
 
 if TYPE_CHECKING:
@@ -113,13 +114,14 @@ def tail(d: "Dashboard", job_id: str, live: Optional[bool] = None, interval: flo
     outage = float(os.environ.get("RAYJOBS_TAIL_OUTAGE_S", "300"))
     follower = _follower(d, job_id, interval=interval, outage_s=outage, say=_say)
     progress = logparse.Progress()
-    view, backlog = _view(job_id, live, as_json, lines, lambda: follower.job)
+    job_of = _JobOf()
+    view, backlog = _view(job_id, live, as_json, lines, lambda: job_of(follower))
     try:
         with view:
             for _ in range(MAX_PREEMPTIONS):
                 lost = False
                 try:
-                    _stream(follower, progress, view, backlog, job_id)
+                    _stream(follower, progress, view, backlog, job_id, job_of)
                 except JobNotFound:
                     if not back_in_line(d, job_id):
                         raise
@@ -134,7 +136,7 @@ def tail(d: "Dashboard", job_id: str, live: Optional[bool] = None, interval: flo
         _say(f"detached from {job_id} ({follower.status}); it keeps running. Re-attach: rayjobs tail {job_id}  "
              f"Stop it: rayjobs stop {job_id}")
         return DETACHED
-    return _ended(d, job_id, follower, progress, view if as_json else None, live)
+    return _ended(d, job_id, follower, progress, view if as_json else None, live, job_of)
 
 
 def _follower(d: Any, job_id: str, **kw: Any) -> Any:
@@ -145,6 +147,23 @@ def _follower(d: Any, job_id: str, **kw: Any) -> Any:
     from rayjobs.client.logstream import LogFollower
 
     return LogFollower(d, job_id, **kw)
+
+
+class _JobOf:
+    """The followed job as a view: a follower's last reading of it (Ray's details, or the door's
+    dict of the job), converted once per reading (the panel asks at every chunk); None before its first."""
+
+    def __init__(self) -> None:
+        self.raw: Any = None
+        self.view: Optional[JobView] = None
+
+    def __call__(self, follower: Any) -> Optional[JobView]:
+        raw = follower.job
+        if not raw:
+            return None
+        if raw is not self.raw:
+            self.raw, self.view = raw, JobView.from_ray(raw, foreign=False)
+        return self.view
 
 
 def _view(job_id: str, live: bool, as_json: bool, lines: Optional[int], job_of: Any) -> tuple[Any, _Backlog]:
@@ -159,7 +178,8 @@ def _view(job_id: str, live: bool, as_json: bool, lines: Optional[int], job_of: 
     return (LiveView(job_id) if live else PlainView()), _Backlog((1000 if live else None) if lines == -1 else lines)
 
 
-def _ended(d: "Dashboard", job_id: str, follower: Any, progress: Any, json_view: Any, live: bool) -> int:
+def _ended(d: "Dashboard", job_id: str, follower: Any, progress: Any, json_view: Any, live: bool,
+           job_of: _JobOf) -> int:
     """The job is over: say how it ended (stderr; JSON: ``job_ended``); its exit code."""
     from rayjobs.views import logparse
     from rayjobs.views.panel import status_line
@@ -167,18 +187,20 @@ def _ended(d: "Dashboard", job_id: str, follower: Any, progress: Any, json_view:
     status = follower.status
     if not live:
         _say(status_line(job_id, status, progress))
-    cause = logparse.failure_summary(follower.job, bytes(follower.tail)) if status == Status.FAILED else None
+    cause = logparse.failure_summary(job_of(follower), bytes(follower.tail)) if status == Status.FAILED else None
     if cause:
         _say(f"{job_id} FAILED: {cause}")
     if json_view is not None and status in TERMINAL:
         from rayjobs.views.steplog import ended_at
 
-        json_view.emit(json_view.records.end(status, cause, ended_at(follower.job)))
+        json_view.emit(json_view.records.end(status, cause, ended_at(job_of(follower))))
     return EXIT_CODES.get(status, 4)
 
 
-def _stream(follower: Any, progress: Any, view: Any, backlog: _Backlog, job_id: str) -> None:
+def _stream(follower: Any, progress: Any, view: Any, backlog: _Backlog, job_id: str,
+            job_of: Optional[_JobOf] = None) -> None:
     """Feed the log to the view (and the progress parser) until the job is over."""
+    job_of = job_of or _JobOf()
     from rayjobs.views import logparse
 
     splitter = logparse.LineSplitter()
@@ -195,14 +217,14 @@ def _stream(follower: Any, progress: Any, view: Any, backlog: _Backlog, job_id: 
                     view.write(text)
         elif backlog.caught_up(follower):
             backlog.release(view, job_id)
-        view.update(follower.job, progress, changed)
+        view.update(job_of(follower), progress, changed)
     rest = "".join(logparse.clean(x) + "\n" for x in splitter.flush())
     if rest:
         logparse.feed_block(progress, rest)
         if not backlog.take(rest):
             view.write(rest)
     backlog.release(view, job_id)
-    view.update(follower.job, progress, True)
+    view.update(job_of(follower), progress, True)
 
 
 #: How long a job may be neither in Ray nor in the queue's files before tail gives up (the queue
@@ -221,7 +243,7 @@ def preempted_by(d: "Dashboard", job_id: str, status: str) -> Optional[str]:
     v = queuestatus.queue_job(d, job_id)
     if queuestatus.is_waiting(v):
         return queuestatus.preempted_by(v) or "a job of higher priority"
-    return (v or {}).get("preempting_for") or None
+    return v.preempting_for if v is not None else None
 
 
 def _next_run(d: "Dashboard", job_id: str, status: str, seen: int, lost: bool) -> Optional[int]:
@@ -260,7 +282,7 @@ def back_in_line(d: "Dashboard", job_id: str, every: float = 0.5) -> bool:
             if time.monotonic() >= down_until:
                 return False
         else:
-            if v is not None and v.get("state") in ("waiting", "admitted"):
+            if v is not None and v.state in ("waiting", "admitted"):
                 return True
             gone_at = gone_at or time.monotonic() + GONE_S
             if time.monotonic() >= gone_at:
@@ -293,19 +315,19 @@ def wait_until_in_ray(d: "Dashboard", job_id: str, every: float = 0.5, after_pre
                 missing_since = missing_since or time.monotonic()
                 if time.monotonic() - missing_since > GONE_S:
                     raise NoSuchJob(f"no job {job_id!r} on the cluster or in its queue; `rayjobs list` shows the ids") from None
-        elif v["status"] == Status.QUEUED:
-            if v.get("queue_position") != shown:
-                shown = v.get("queue_position")
+        elif v.status == Status.QUEUED:
+            if v.queue_position != shown:
+                shown = v.queue_position
                 where = f"at position {shown}" if shown else "going back in line"
-                _say(f"{job_id} QUEUED {where}: {v.get('message') or 'waiting for GPUs'}")
-        elif v.get("state") == "admitted" and v.get("in_ray"):
+                _say(f"{job_id} QUEUED {where}: {v.message or 'waiting for GPUs'}")
+        elif v.state == "admitted" and v.in_ray:
             return None
-        elif v.get("state") == "done":
+        elif v.state == "done":
             try:
                 d.job(job_id)
                 return None  # Ray still has it: its log is followed to its end
             except JobNotFound:
-                return str(v.get("status") or Status.FAILED)
+                return str(v.status or Status.FAILED)
         time.sleep(every)
 
 

@@ -7,22 +7,38 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Optional
 
+from rayjobs.contract.row import JobRow
 from rayjobs.contract.status import TERMINAL, Status
+from rayjobs.contract.wire import JobView
 from rayjobs.errors import JobNotFound, did_you_mean
 from rayjobs.views.jobrows import base_row
+
+
+class RecordJob(JobView):
+    """A job only the local record knows, as the views read jobs (``plot``, ``compare``): its id,
+    status (its row's) and metadata (the record's); nothing read from a cluster."""
+
+    @property
+    def from_record(self) -> bool:
+        return True
+
+
+def record_job(entry: dict[str, Any], status: str) -> JobView:
+    """The view of a recorded job (its ledger ``entry``) with ``status``, for :func:`base_row`."""
+    m = {str(k): str(v) for k, v in (entry.get("metadata") or {}).items()}
+    return JobView(submission_id=str(entry.get("id") or ""), status=status, state="", metadata=m)
 
 
 def _cluster_of(entry: dict[str, Any]) -> str:
     return str(entry.get("cluster") or entry.get("address"))
 
 
-def record_row(entry: dict[str, Any], cluster: str) -> dict[str, Any]:
+def record_row(entry: dict[str, Any], cluster: str) -> JobRow:
     """A row for a job the cluster does not know, from its local record (``rayjobs.ledger``).
 
     ``cluster``: the current cluster's :attr:`rayjobs.settings.Target.key`.
     """
-    m = {str(k): str(v) for k, v in (entry.get("metadata") or {}).items()}
-    row = base_row({"submission_id": entry.get("id"), "status": Status.UNKNOWN, "metadata": m})
+    row = base_row(record_job(entry, Status.UNKNOWN.value))
     same = _cluster_of(entry) == cluster
     where = "the embedded local cluster" if _cluster_of(entry) == "embedded" else entry.get("address")
     row.update({"attempt": None, "source": "record",
@@ -31,7 +47,7 @@ def record_row(entry: dict[str, Any], cluster: str) -> dict[str, Any]:
     return row
 
 
-def missing_records(known_ids: Iterable[str], cluster: str, sweep: Optional[str] = None) -> list[dict[str, Any]]:
+def missing_records(known_ids: Iterable[str], cluster: str, sweep: Optional[str] = None) -> list[JobRow]:
     """Rows of recorded jobs the cluster does not list: those submitted to ``cluster`` (a
     :attr:`rayjobs.settings.Target.key`), or those of ``sweep``, wherever they ran."""
     from rayjobs import ledger
@@ -52,26 +68,26 @@ def _oldest_first(newest: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 # --------------------------------------------------------------------------- the cluster is gone
-def kept_row(entry: dict[str, Any]) -> Optional[dict[str, Any]]:
+def kept_row(entry: dict[str, Any]) -> Optional[JobRow]:
     """The row of a job whose final copy was kept (``source`` "local", ``final`` true), or None."""
     from rayjobs import ledger
 
     doc = ledger.kept(str(entry.get("id")))
     if doc is None:
         return None
-    return dict(doc["row"], source="local", final=True, kept_at=doc.get("kept_at"), queue_position=None,
-                metrics_kept=doc.get("metrics_from"))
+    row: JobRow = dict(doc["row"], source="local", final=True, kept_at=doc.get("kept_at"),  # type: ignore[assignment]
+                       queue_position=None, metrics_kept=doc.get("metrics_from"))
+    return row
 
 
-def local_row(entry: dict[str, Any], seen: dict[str, dict[str, Any]], where: str) -> dict[str, Any]:
+def local_row(entry: dict[str, Any], seen: dict[str, dict[str, Any]], where: str) -> JobRow:
     """A job's row from the local record alone (its cluster unreachable): the final copy kept,
     else what a command last saw of it, else QUEUED (what its submit left it as); ``final`` says
     whether that status is the job's last (a job not seen ended may have run on, or not)."""
     row = kept_row(entry)
     if row is not None:
         return row
-    m = {str(k): str(v) for k, v in (entry.get("metadata") or {}).items()}
-    row = base_row({"submission_id": entry.get("id"), "status": Status.QUEUED, "metadata": m})
+    row = base_row(record_job(entry, Status.QUEUED.value))
     last = seen.get(str(entry.get("id"))) or {}
     row.update({k: last[k] for k in last if k in row and last[k] is not None})
     row.update(source="local", final=row["status"] in TERMINAL, seen_at=last.get("seen_at"),
@@ -81,7 +97,7 @@ def local_row(entry: dict[str, Any], seen: dict[str, dict[str, Any]], where: str
     return row
 
 
-def local_rows(cluster: str, where: str, sweep: Optional[str] = None) -> list[dict[str, Any]]:
+def local_rows(cluster: str, where: str, sweep: Optional[str] = None) -> list[JobRow]:
     """Rows of every recorded job of ``cluster`` (or of ``sweep``, wherever it ran) from the local
     record alone: what ``rayjobs list`` shows while that cluster cannot be reached."""
     from rayjobs import ledger
@@ -98,19 +114,19 @@ def local_rows(cluster: str, where: str, sweep: Optional[str] = None) -> list[di
     return [local_row(e, seen, where) for e in _oldest_first(newest)]
 
 
-def as_local_jobs(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Local rows in the dict form of Ray's job details (for ``plot``), their metadata from the record."""
+def as_local_jobs(rows: Iterable[JobRow]) -> list[JobView]:
+    """The jobs of local rows as views (:class:`RecordJob`, for ``plot``), their metadata from the record."""
     from rayjobs import ledger
 
     rows = list(rows)
     want = {str(r["id"]) for r in rows}
     entries = {str(e.get("id")): e for e in ledger.entries() if str(e.get("id")) in want}  # one read of the ledger
-    return [{"submission_id": r["id"], "status": r["status"], "from_record": True,
-             "metadata": {str(k): str(v) for k, v in (entries.get(str(r["id"]), {}).get("metadata") or {}).items()}}
+    return [RecordJob(submission_id=str(r["id"]), status=r["status"], state="",
+                      metadata={str(k): str(v) for k, v in (entries.get(str(r["id"]), {}).get("metadata") or {}).items()})
             for r in rows]
 
 
-def unreachable_rows(address: Optional[str], sweep: Optional[str], why: Exception, say: Any = None) -> list[dict[str, Any]]:
+def unreachable_rows(address: Optional[str], sweep: Optional[str], why: Exception, say: Any = None) -> list[JobRow]:
     """``list``/``plot`` while the cluster at ``address`` cannot be reached (or is the embedded head,
     stopped): its jobs from the local record (:func:`local_rows`); ``say`` is told so in one line, with why."""
     from rayjobs import settings

@@ -17,7 +17,10 @@ import math
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Optional
+
+if TYPE_CHECKING:
+    from rayjobs.contract.wire import JobView
 
 #: CSI / OSC escape sequences (colours, cursor moves, hyperlinks).
 ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
@@ -324,7 +327,7 @@ def parse_lines(lines: Iterable[str]) -> Progress:
     return p
 
 
-def failure_summary(job: dict[str, Any], log_tail: bytes) -> str:
+def failure_summary(job: Optional["JobView"], log_tail: bytes) -> str:
     """One line for a FAILED job: the runner's cause line, else the log's last exception line,
     else Ray's message (its first line).
 
@@ -337,7 +340,7 @@ def failure_summary(job: dict[str, Any], log_tail: bytes) -> str:
     if p.cause:  # the runner's own one-line cause (rayjobs.oncluster.failurecause)
         return p.cause[:300]
     err = failure_line(text)
-    msg = clean(str(job.get("message") or "")).split(", last available logs")[0]
+    msg = clean(str((job.message if job is not None else None) or "")).split(", last available logs")[0]
     msg = " ".join(msg.split())[:200]
     if err:
         return f"{err[:300]}" + (f" ({msg})" if msg else "")

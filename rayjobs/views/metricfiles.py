@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from rayjobs.contract import paths
 from rayjobs.contract.metrics import merge_attempts, read_jsonl  # noqa: F401  (the file format: the contract's)
+
+if TYPE_CHECKING:
+    from rayjobs.contract.wire import JobView
 
 
 def jsonl_files(run_dir: Optional[str]) -> list[Path]:
@@ -41,17 +44,16 @@ def last_jsonl_record(path: Path, window: int = 1 << 16) -> Optional[tuple[int, 
     return None
 
 
-def history_from_log(dash: Any, job: Any) -> dict[int, dict[str, float]]:
+def history_from_log(dash: Any, job: "JobView") -> dict[int, dict[str, float]]:
     """{step: metrics} from the job's console log (step lines; a later attempt's steps win)."""
     from rayjobs.views import logparse
-    from rayjobs.views.jobfields import field
 
-    node = field(job, "driver_node_id")
+    node = job.driver_node_id
     if not node or dash is None:
         return {}
     out: dict[int, dict[str, float]] = {}
     split = logparse.LineSplitter()
-    for chunk in dash.iter_log(field(job, "submission_id"), node, -1):
+    for chunk in dash.iter_log(job.submission_id, node, -1):
         text = split.feed_text(chunk)
         if "step:" not in text and "validation metrics:" not in text:
             continue

@@ -13,6 +13,7 @@ from typing import Any, Optional, TextIO
 
 from rayjobs.contract.meta import JobMeta
 from rayjobs.contract.status import TERMINAL, Status
+from rayjobs.contract.wire import JobView
 from rayjobs.views.logparse import Progress, headline
 
 STATUS_STYLE = {Status.RUNNING.value: "bold green", Status.SUCCEEDED.value: "bold green", Status.FAILED.value: "bold red",
@@ -76,7 +77,7 @@ class PlainView:
             self.out.write(text)
             self.out.flush()
 
-    def update(self, job: dict[str, Any], progress: Progress, changed: bool = False) -> None:
+    def update(self, job: Optional[JobView], progress: Progress, changed: bool = False) -> None:
         pass
 
 
@@ -94,7 +95,7 @@ class LiveView:
         self.refresh_s = refresh_s
         self.next = 0.0
         self.started = time.monotonic()
-        self.job: dict[str, Any] = {}
+        self.job: Optional[JobView] = None  #: None until the follower has read the job once
         self.progress = Progress()
 
     def __enter__(self) -> "LiveView":
@@ -123,7 +124,7 @@ class LiveView:
         out.rstrip()
         self.live.console.print(out, highlight=False, markup=False, soft_wrap=True)
 
-    def update(self, job: dict[str, Any], progress: Progress, changed: bool = False) -> None:
+    def update(self, job: Optional[JobView], progress: Progress, changed: bool = False) -> None:
         self.job, self.progress = job, progress
         now = time.monotonic()
         if changed or now >= self.next:
@@ -137,8 +138,8 @@ class LiveView:
         from rich.text import Text
 
         p, job = self.progress, self.job
-        status = str(job.get("status", "?"))
-        jm = JobMeta.from_ray(job.get("metadata"))
+        status = job.status if job is not None else "?"
+        jm = job.meta if job is not None else JobMeta()
         head = Text()
         head.append(f" {status} ", style=STATUS_STYLE.get(status, "bold") + " reverse")
         head.append(f"  {self.job_id}", style="bold")
@@ -179,6 +180,6 @@ class LiveView:
             w = Text("W&B ", style="dim")
             w.append(p.wandb_url, style="blue underline")
             grid.add_row(w)
-        if status == Status.FAILED and job.get("message"):
-            grid.add_row(Text(" ".join(str(job["message"]).split())[:200], style="red"))
+        if status == Status.FAILED and job is not None and job.message:
+            grid.add_row(Text(" ".join(str(job.message).split())[:200], style="red"))
         return Panel(grid, border_style=STATUS_STYLE.get(status, "white").replace("bold ", ""), padding=(0, 1))

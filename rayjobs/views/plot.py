@@ -15,22 +15,22 @@ from typing import Callable, Any, Optional, Sequence
 from rayjobs.views import metricfiles
 from rayjobs.errors import ConfigError, RayjobsError, did_you_mean
 from rayjobs.shared import TERMINAL
-from rayjobs.views.jobfields import field, job_meta, meta, status_of
-from rayjobs.views.jobrows import overrides_label
+from rayjobs.contract.wire import JobView
+from rayjobs.views.jobrows import label_of
 
 DEFAULT_METRIC = "critic/score/mean"
 
 
-def history(dash: Any, job: Any) -> tuple[dict[int, dict[str, float]], str]:
+def history(dash: Any, job: JobView) -> tuple[dict[int, dict[str, float]], str]:
     """(history, source) for one job: the JSONL if readable here, else its log, else (no cluster,
     no log any more) the copy an ended job left in the local record (``local``); through a team's
     door, the files as the head reads them (``GET /v1/jobs/{id}/metrics``; a laptop rarely mounts them)."""
     door = getattr(dash, "door", None)
     if door is not None:
-        got = door.metrics(str(field(job, "submission_id")))
+        got = door.metrics(job.submission_id)
         if got.source != "none":
             return {s.step: s.data for s in got.steps}, "jsonl"
-    files = metricfiles.jsonl_files(job_meta(job).run_dir or None)
+    files = metricfiles.jsonl_files(job.meta.run_dir or None)
     if files:
         merged = metricfiles.merge_attempts(metricfiles.read_jsonl(f) for f in files)
         # The runner creates each attempt's file before verl starts; a trainer stopped before
@@ -38,7 +38,7 @@ def history(dash: Any, job: Any) -> tuple[dict[int, dict[str, float]], str]:
         if merged:
             return merged, "jsonl"
     kept = kept_history(job)
-    if dash is None or not field(job, "driver_node_id"):
+    if dash is None or not job.driver_node_id:
         return (kept, "local") if kept is not None else ({}, "log")
     try:
         h = metricfiles.history_from_log(dash, job)
@@ -49,12 +49,12 @@ def history(dash: Any, job: Any) -> tuple[dict[int, dict[str, float]], str]:
     return (h, "log") if h or kept is None else (kept, "local")
 
 
-def kept_history(job: Any) -> Optional[dict[int, dict[str, float]]]:
+def kept_history(job: JobView) -> Optional[dict[int, dict[str, float]]]:
     """The metrics kept in the local record for an ended job (None if none were kept)."""
     from rayjobs import ledger
 
-    jid = str(field(job, "submission_id"))
-    if not (status_of(job) in TERMINAL or field(job, "from_record")):
+    jid = job.submission_id
+    if not (job.status in TERMINAL or job.from_record):
         return None
     doc = ledger.kept(jid)
     if doc is None or not doc.get("metrics_from"):
@@ -62,16 +62,16 @@ def kept_history(job: Any) -> Optional[dict[int, dict[str, float]]]:
     return metricfiles.merge_attempts(metricfiles.read_jsonl(f) for f in metricfiles.jsonl_files(str(ledger.run_dir(jid))))
 
 
-def labels(jobs: Sequence[Any]) -> list[str]:
+def labels(jobs: Sequence[JobView]) -> list[str]:
     """Legend names: sweep overrides (``kl_coef=0.01``), else the user's overrides, else the id; unique."""
-    raw = [overrides_label(meta(j)) or str(field(j, "submission_id")) for j in jobs]
+    raw = [label_of(list(j.meta.sweep_overrides), list(j.meta.overrides)) or j.submission_id for j in jobs]
     out = []
     for j, label in zip(jobs, raw):
-        out.append(label if raw.count(label) == 1 else f"{label} ({field(j, 'submission_id')})")
+        out.append(label if raw.count(label) == 1 else f"{label} ({j.submission_id})")
     return out
 
 
-def collect(dash: Any, jobs: Sequence[Any], metric_names: Optional[Sequence[str]] = None,
+def collect(dash: Any, jobs: Sequence[JobView], metric_names: Optional[Sequence[str]] = None,
             val: bool = True, read: Optional[Callable[[Sequence[Any], list], None]] = None) -> dict[str, Any]:
     """The plot's data: ``{"metrics": [...], "jobs": [{"id", "label", "source", "series": {m: [[step, v], ...]}}]}``.
 
@@ -89,8 +89,8 @@ def collect(dash: Any, jobs: Sequence[Any], metric_names: Optional[Sequence[str]
     out_jobs = []
     for j, label, (h, src) in zip(jobs, labels(jobs), hists):
         series = {m: [[s, d[m]] for s, d in h.items() if m in d and math.isfinite(d[m])] for m in names}
-        out_jobs.append({"id": field(j, "submission_id"), "label": label, "source": src, "series": series,
-                         "steps": len(h), "status": status_of(j)})
+        out_jobs.append({"id": j.submission_id, "label": label, "source": src, "series": series,
+                         "steps": len(h), "status": j.status})
     logged = sorted({k for h, _ in hists for d in h.values() for k in d})
     return {"metrics": names, "jobs": out_jobs, "logged": logged}
 

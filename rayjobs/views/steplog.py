@@ -24,13 +24,14 @@ from collections import deque
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional, TextIO
 
-from rayjobs.contract.meta import JobMeta
 from rayjobs.contract.status import Status
+from rayjobs.contract.wire import JobView
 from rayjobs.shared import TERMINAL, parse_stamp
 from rayjobs.views import logparse
 
 if TYPE_CHECKING:
     from rayjobs.client.dashboard import Dashboard
+    from rayjobs.contract.row import JobRow
 
 #: The object's own fields; a verl key spelt like one of these is written ``verl/<key>``.
 ENVELOPE = frozenset({"ts", "ts_source", "event", "job", "run", "attempt", "step", "total_steps", "status", "cause"})
@@ -62,12 +63,12 @@ class StepRecords:
 
     Args:
         job_id: the job's id (each record's ``job``).
-        job_of: the job's details as Ray or the queue give them (a dict), asked when a record is
-            made (the run name is in its metadata; a follower learns it after the first bytes).
+        job_of: the job's view (None: not known yet), asked when a record is made (the run name
+            is in its metadata; a follower learns it after the first bytes).
         clock: the time a line without a stamp of its own was read (epoch seconds).
     """
 
-    def __init__(self, job_id: str, job_of: Callable[[], Any] = dict, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, job_id: str, job_of: Callable[[], Optional["JobView"]] = lambda: None, clock: Callable[[], float] = time.time) -> None:
         self.job_id, self.job_of, self.clock = job_id, job_of, clock
         self.progress = logparse.Progress()
 
@@ -111,7 +112,8 @@ class StepRecords:
     def _base(self, event: str, t: Optional[float], source: str) -> dict[str, Any]:
         if t is None:
             t, source = self.clock(), "read"
-        run = JobMeta.from_ray((self.job_of() or {}).get("metadata")).run or None
+        job = self.job_of()
+        run = (job.meta.run if job is not None else "") or None
         return {"ts": iso(t), "ts_source": source, "event": event, "job": self.job_id, "run": run,
                 "attempt": self.progress.attempt}
 
@@ -162,20 +164,13 @@ def log_records(d: "Dashboard", job_id: str, *, tail: Optional[int] = None) -> I
     Raises:
         NoSuchJob: neither Ray nor the queue knows the job.
     """
-    from rayjobs.errors import JobNotFound, NoSuchJob
-    from rayjobs.views import joblog
-    from rayjobs.views.jobfields import status_of
-    from rayjobs.views import queuestatus
+    from rayjobs.errors import NoSuchJob
+    from rayjobs.views import joblog, queuestatus
 
-    job = queuestatus.queue_job(d, job_id)
-    if job is None:
-        try:
-            job = d.job(job_id)
-        except JobNotFound:
-            job = None
+    job = queuestatus.job(d, job_id)
     if job is None:
         raise NoSuchJob(f"no job {job_id!r} on the cluster or in its queue; `rayjobs list` shows the ids")
-    status = status_of(job)  # read before the log: an ended job's log is whole
+    status = job.status  # read before the log: an ended job's log is whole
     records = StepRecords(job_id, job_of=lambda: job)
     end = bytearray()
 
@@ -191,13 +186,15 @@ def log_records(d: "Dashboard", job_id: str, *, tail: Optional[int] = None) -> I
         yield records.end(status, cause, ended_at=ended_at(job))
 
 
-def kept_records(row: dict[str, Any], text: str, *, tail: Optional[int] = None) -> Iterator[dict[str, Any]]:
+def kept_records(row: "JobRow", text: str, *, tail: Optional[int] = None) -> Iterator[dict[str, Any]]:
     """The records of the log's end kept in the local record (``rayjobs.ledger``: the last
     200 lines) for ``row``, the job's kept row: its cluster is gone or forgot it. ``job_ended``
     comes last when the row is the job's final state. A step whose attempt line is not in the kept
     end has ``attempt`` null (unless a failure line names it); ``total_steps`` comes from the row.
     """
-    records = StepRecords(str(row["id"]), job_of=lambda: {"metadata": {"run": row.get("run")}})
+    kept = JobView(submission_id=str(row["id"]), status=str(row.get("status")), state="",
+                   metadata={"run": str(row["run"])} if row.get("run") else {})
+    records = StepRecords(str(row["id"]), job_of=lambda: kept)
     records.progress.total = row.get("total_steps")
     yield from over([logparse.clean_block(text)], records, tail)
     status = str(row.get("status"))
@@ -214,9 +211,9 @@ def _epoch(text: Any) -> Optional[float]:
         return None
 
 
-def ended_at(job: Any) -> Optional[float]:
+def ended_at(job: Optional["JobView"]) -> Optional[float]:
     """Ray's end time of a job (its details give milliseconds), in epoch seconds."""
-    ms = (job or {}).get("end_time")
+    ms = job.end_time if job is not None else None
     return ms / 1000 if isinstance(ms, (int, float)) and ms > 0 else None
 
 
@@ -250,7 +247,7 @@ class JsonView:
         else:
             self.emit(*recs)
 
-    def update(self, job: dict[str, Any], progress: Any, changed: bool = False) -> None:
+    def update(self, job: Optional["JobView"], progress: Any, changed: bool = False) -> None:
         pass
 
     def release(self, job_id: str) -> None:
