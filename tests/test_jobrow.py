@@ -31,8 +31,9 @@ def _check(row: dict[str, Any], ordered: bool = True) -> None:
 
 
 def test_jobrow_declares_every_key_once_with_its_type() -> None:
-    assert len(rowdef.REQUIRED) == 43 and not rowdef.REQUIRED & rowdef.OPTIONAL
+    assert {"id", "status", "experiment", "wandb_url"} <= rowdef.REQUIRED and not rowdef.REQUIRED & rowdef.OPTIONAL
     assert "failures" in rowdef.OPTIONAL and "source" in rowdef.OPTIONAL
+    assert rowdef.ROW_KEYS[:3] == ("id", "status", "experiment") and set(rowdef.ROW_KEYS) == rowdef.REQUIRED
 
 
 def test_a_queue_jobs_a_foreign_jobs_and_the_local_records_rows_have_jobrows_keys(tmp_path, monkeypatch) -> None:

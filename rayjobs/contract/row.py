@@ -71,6 +71,8 @@ class JobRow(_EveryRow, total=False):
     seen_at: Optional[str]  #: a local row: when a command last saw the job
 
 
+#: The keys every row has, in their order (a key that is a ``JobMeta`` field is filled from it).
+ROW_KEYS: tuple[str, ...] = tuple(_EveryRow.__annotations__)
 #: The keys every row has, and those some have (a test holds every builder of rows to these).
 REQUIRED: frozenset[str] = frozenset(JobRow.__required_keys__)
 OPTIONAL: frozenset[str] = frozenset(JobRow.__optional_keys__)

@@ -5,10 +5,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Optional
 
 from rayjobs import settings
-from rayjobs.contract.status import Status
+from rayjobs.contract.status import Status, word
 from rayjobs.errors import ClusterUnreachable
 from rayjobs.shared import labels_versions
-from rayjobs.views.jobfields import status_of
 
 if TYPE_CHECKING:
     from rayjobs.client.dashboard import Dashboard
@@ -41,7 +40,7 @@ def view(d: Optional["Dashboard"] = None, address: Optional[str] = None) -> dict
     summary = d.queue.summary()
     counts: dict[str, int] = {}
     for j in queuestatus.all_jobs(d):
-        counts[status_of(j)] = counts.get(status_of(j), 0) + 1
+        counts[word(j.status, "?")] = counts.get(word(j.status, "?"), 0) + 1
     queued = [{"id": v.submission_id, "queue_position": v.queue_position, "reason": v.message} for v in summary.line]
     rec = settings.remembered_cluster()
     return {

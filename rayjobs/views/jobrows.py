@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional
 
 from rayjobs.contract.meta import JobMeta
-from rayjobs.contract.row import JobRow
+from rayjobs.contract.row import ROW_KEYS, JobRow
 from rayjobs.contract.status import NOT_STARTED, Status
 from rayjobs.contract.wire import JobView
 from rayjobs.errors import ConfigError, JobNotFound, did_you_mean
@@ -109,29 +109,19 @@ def base_row(job: JobView, over: Optional[dict[str, Any]] = None) -> JobRow:
     """The row of one job (the queue's view, or Ray's of a job the queue does not know); its keys
     are :class:`rayjobs.contract.row.JobRow`'s, their meaning documented there."""
     jm, status = job.meta, job.status
-    sweep_overrides, overrides = list(jm.sweep_overrides), list(jm.overrides)
     over = dict(over or {})
     if job.queue_position is not None:
         over.setdefault("queue_position", job.queue_position)
     preempted = job.preempted or {}
-    sub = jm.submitted_at or iso_ms(job.start_time)
-    return {
+    own = {  # what is not a metadata field shown as it is (those follow from JobRow's declaration)
         "id": job.submission_id or None,
         "status": over.get("status", status),
         "experiment": jm.experiment,
-        "sweep": jm.sweep or None,
-        "overrides": overrides,
-        "priority": jm.priority,
         "attempt": 0 if status == Status.PENDING or over.get("status") in NOT_STARTED else None,
         "max_attempts": max_attempts(jm),
-        "submitted_at": sub,
+        "submitted_at": jm.submitted_at or iso_ms(job.start_time),
         "queue_position": over.get("queue_position"),
-        "sweep_overrides": sweep_overrides,
-        "label": label_of(sweep_overrides, overrides),
-        "run": jm.run or None,
-        "resumed_from": jm.resumed_from or None,
-        "rerun_of": jm.rerun_of or None,
-        "gpus": jm.gpus,
+        "label": label_of(list(jm.sweep_overrides), list(jm.overrides)),
         "start_time": iso_ms(job.start_time),
         "end_time": iso_ms(job.end_time),
         "queued_at": iso_s(job.queued_at),
@@ -140,9 +130,6 @@ def base_row(job: JobView, over: Optional[dict[str, Any]] = None) -> JobRow:
         "message": short_message(job.message),
         "cause": job.cause,
         "reaped": list(job.reaped),
-        "user": jm.user or None,
-        "preemptible": jm.preemptible,
-        "after": list(jm.after),
         "held": job.held,
         "preempted_by": preempted.get("by"),
         "redo_steps": preempted.get("redo"),
@@ -160,6 +147,15 @@ def base_row(job: JobView, over: Optional[dict[str, Any]] = None) -> JobRow:
         "metrics": {},
         "wandb_url": None,
     }
+    # in JobRow's order; a key declared there that is a JobMeta (else a JobView) field is read from
+    # it, so a field added to both shows in every row with no line here
+    return {k: own[k] if k in own else _plain(jm, job, k) for k in ROW_KEYS}  # type: ignore[return-value]
+
+
+def _plain(jm: JobMeta, job: JobView, key: str) -> Any:
+    """The metadata's field ``key`` (else the view's) as a row shows it: lists as lists, "" as None."""
+    v = getattr(jm, key) if hasattr(jm, key) else getattr(job, key)
+    return list(v) if isinstance(v, tuple) else (None if v == "" else v)
 
 
 def max_attempts(jm: JobMeta) -> int:
