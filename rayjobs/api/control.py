@@ -73,12 +73,11 @@ def rerun_job(job_id: str, overrides: Sequence[str] = (), *, address: Optional[s
         SubmitError: the job's code snapshot is gone (nothing queued).
     """
     from rayjobs.submit import rerun
-    from rayjobs.views import jobrows
 
     say = say or (lambda msg: None)
     d = dashboard or connect(address)
     [(old, job)] = list(jobs_named(d, [job_id], None).items())
-    plan = rerun.plan(old, jobrows.meta(job), overrides, address=address, dry_run=dry_run)
+    plan = rerun.plan(old, dict(job.metadata), overrides, address=address, dry_run=dry_run)
     for note in plan.notes:
         say(note)
     if plan.dry_run:
