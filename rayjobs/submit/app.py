@@ -96,9 +96,10 @@ def announce(ids: list[str], rj: Any, several: Optional[str]) -> list[str]:
     elif several:
         print(f"rayjobs: submitted {several}", file=sys.stderr)
     if rj.follow and len(ids) == 1:
+        from rayjobs.client.connection import connect
         from rayjobs.views import jobtail
 
-        code = jobtail.follow(ids[0], address=rj.address, address_from="rayjobs.address")
+        code = jobtail.tail(connect(rj.address, address_from="rayjobs.address"), ids[0])
         raise SystemExit(code)
     return ids
 

@@ -13,13 +13,11 @@ if TYPE_CHECKING:
     from rayjobs.client.dashboard import Dashboard
 
 
-def view(d: Optional["Dashboard"] = None, address: Optional[str] = None) -> dict[str, Any]:
-    """Nodes (GPUs/CPUs used and total), job counts and the queue of ``d`` (default: the current target)."""
-    from rayjobs.client.connection import connect
+def view(d: "Dashboard") -> dict[str, Any]:
+    """Nodes (GPUs/CPUs used and total), job counts and the queue of the cluster ``d`` reads."""
     from rayjobs.client.dashboard import DashboardDown
     from rayjobs.views import queuestatus
 
-    d = d or connect(address, start=False)  # a read: a stopped embedded head stays stopped
     target = d.target
     try:
         nodes = d.nodes()  # the alive ones

@@ -28,15 +28,6 @@ EMPTY_LOG_S = 2.0
 DETACHED = 130
 
 
-def follow(job_id: str, address: Optional[str] = None, live: Optional[bool] = None, interval: float = 0.05,
-           address_from: str = "--address") -> int:
-    """Follow ``job_id`` (a full id, as submit printed it) until it ends; return its exit code."""
-    from rayjobs.client.connection import connect
-
-    d = connect(address, address_from=address_from)
-    return tail(d, job_id, live=live, interval=interval)
-
-
 def _say(msg: str) -> None:
     print(f"rayjobs: {msg}", file=sys.stderr, flush=True)
 
