@@ -81,3 +81,19 @@ def test_a_ray_job_the_queue_does_not_know_becomes_one_foreign_view() -> None:
     got = queuestatus.all_jobs(_D())
     assert [(v.submission_id, v.foreign) for v in got] == [("q1", False), ("raysubmit_x", True)]
     assert got[0].meta.gpus == 4 and got[0].meta is got[0].meta  # parsed once per job
+
+
+def test_list_all_keeps_no_final_copy_of_a_plain_ray_driver_which_has_no_id(tmp_path, monkeypatch) -> None:
+    """A plain ``ray.init`` driver (``list --all``) has no submission id: its ended row is shown, and
+    nothing is written for it in the local record (it was kept under ``runs/`` itself: ``runs/final.json``)."""
+    from rayjobs.api import keeping
+    from rayjobs.views import jobrows
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("RAYJOBS_HOME", str(home))
+    driver = JobView.from_ray({"submission_id": None, "job_id": "02000000", "status": "SUCCEEDED", "metadata": {},
+                               "start_time": 1796000000000, "end_time": 1796000100000, "type": "DRIVER"})
+    pairs = jobrows.rows([driver], None)
+    assert pairs[0][0]["id"] is None and pairs[0][0]["status"] == "SUCCEEDED"
+    assert keeping.keep_rows(pairs, None) == 0
+    assert not (home / "runs").exists() or not any((home / "runs").iterdir())

@@ -54,6 +54,8 @@ def keep_job(dash: Any, job: JobView, row: Optional[JobRow] = None, tail: Option
     from rayjobs import ledger
 
     jid = job.submission_id
+    if not jid:  # a plain Ray driver has no submission id: nothing to keep it under (runs/ itself)
+        return False
     try:
         if ledger.is_kept(jid):  # only the metrics of a copy kept without them may still come
             if (not from_log and history is None) or (ledger.kept(jid) or {}).get("metrics_from"):
