@@ -129,3 +129,23 @@ def _record_json() -> dict[str, Any]:
     from schedfakes import record
 
     return record("x", (1,)).to_json()
+
+
+def test_ray_is_asked_to_stop_a_running_job_only_once_stop_asked_is_on_disk(tmp_path):
+    """A head that crashed between Ray's stop and the record would recover the job without
+    ``stop_asked`` (a job being preempted would go back in line instead of ending)."""
+    store = GatedStore(tmp_path / "queue", lambda rec: rec.stop_asked and rec.state == State.ADMITTED)
+    api = api_with(tmp_path, store)
+    api.queue("a")
+    api.tick()
+    assert api.get("a")["status"] == "RUNNING"
+    t, out = in_thread(lambda: api.http.post("/v1/jobs/a/stop"))
+    assert store.held.wait(20)
+    for _ in range(5):
+        api.svc.tick()
+    assert ("stop", "a") not in api.jobs.calls and not out
+    store.gate.set()
+    t.join(20)
+    assert out and out[0].status_code == 200, out
+    api.tick()
+    assert ("stop", "a") in api.jobs.calls and on_disk(api, "a")["stop_asked"] is True

@@ -186,7 +186,7 @@ class QueueRequests:
             return StopOutcome(job_id, "at_checkpoint", Status.RUNNING,
                                f"it stops once its next checkpoint is saved (at most {timeout_s:g} s)")
         if r.in_ray:  # (not yet in Ray: it is stopped as soon as its submit returns)
-            svc.pool.submit(svc.jobs.stop, job_id)
+            svc.after_written(svc.jobs.stop, job_id)
         return StopOutcome(job_id, "stopping", str(r.ray.get("status") or Status.PENDING),
                            "SIGTERM, then the head's grace period to save")
 

@@ -147,7 +147,7 @@ class QueueService:
         self.reaping = Reaping(self._noted(reap or (lambda job_id, **kw: [])), self.reap_pool, jobs.details,
                                enabled=reap is not None and reap_enabled, note=self.note)
         self.preemptions = Preemptions(jobs, self.pool, note=self.note)
-        self.rungs = Rungs(self._put, lambda job_id: self.pool.submit(self.jobs.stop, job_id), note=self.note)
+        self.rungs = Rungs(self._put, lambda job_id: self.after_written(self.jobs.stop, job_id), note=self.note)
         self.histories = Histories(self.pool)
         self._settling: dict[str, tuple[Running, Future]] = {}  #: ended jobs whose Ray details are being read
         self.decision = Decision()
@@ -321,6 +321,13 @@ class QueueService:
         self.state.admit(w, at, rec)
         self.admitter.submit(rec, after=written)  # Ray is asked once the record says admitted on disk
         self.note("admitted", job_id)
+
+    def after_written(self, fn: Callable[..., Any], *args: Any) -> Future:
+        """Run ``fn(*args)`` in the pool once every record write asked so far is on disk: a Ray call
+        that must follow its record (a stop after ``stop_asked``/``halved``: a head that crashed in
+        between would otherwise requeue or mislabel the job at recovery)."""
+        written = self.writer.barrier()
+        return self.pool.submit(lambda: (written.result(), fn(*args))[1])
 
     def _put(self, rec: JobRecord) -> JobRecord:
         """The loop's change of a record: in memory now, on disk next (:mod:`~rayjobs.oncluster.recordwriter`)."""

@@ -32,7 +32,7 @@ class RecordWriter:
     def __init__(self, store: object) -> None:
         self.store = store
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rayjobs-store")
-        self.failed: dict[str, str] = {}  #: ids whose last write failed, and why (the health says it)
+        self.failed: dict[str, str] = {}  #: ids whose last write failed, and why (said once in the head's log)
         self.pending: dict[str, Future] = {}  #: each id's newest write not known to be done
         self._lock = threading.Lock()
 
