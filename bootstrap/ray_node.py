@@ -336,9 +336,25 @@ def stale_pids(cfg: Config) -> list[int]:
 
 def end_stale(cfg: Config) -> None:
     pids = stale_pids(cfg)
-    if not pids:
-        return
-    log(f"ending {len(pids)} process(es) of this node's previous Ray session (the head no longer knows it)")
+    if pids:
+        log(f"ending {len(pids)} process(es) of this node's previous Ray session (the head no longer knows it)")
+        end_pids(pids)
+
+
+def end_failed_start(cfg: Config) -> None:
+    """End what a start that failed left of its new session (its GCS still answers with that
+    session's name, so the next run's start was refused: "Session name ... does not match")."""
+    session = os.path.realpath(os.path.join(ray_temp_dir(cfg), "session_latest"))
+    if session == recorded(cfg).get("session_dir") or not os.path.isdir(session):
+        return  # no new session was made (or it is the one this node runs)
+    pids = sorted(_session_cmdlines(session))
+    if pids:
+        log(f"ending {len(pids)} process(es) the failed start left ({os.path.basename(session)})")
+        end_pids(pids)
+
+
+def end_pids(pids: list[int]) -> None:
+    """SIGTERM, then SIGKILL, each waited for (bounded: 10 s each)."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in pids:
             try:
@@ -346,8 +362,16 @@ def end_stale(cfg: Config) -> None:
             except ProcessLookupError:
                 pass
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in pids):
+        while time.monotonic() < deadline and any(_running(p) for p in pids):
             time.sleep(0.1)
+
+
+def _running(pid: int) -> bool:
+    """Is ``pid`` a process that still runs (a zombie, ended but not yet reaped, does not)?"""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 class Starter:
@@ -388,6 +412,7 @@ class Starter:
         for ext in (".go", ".json", ".pid"):
             self.base.with_suffix(ext).unlink(missing_ok=True)
         if out.get("error"):
+            end_failed_start(cfg)  # so running the script again starts clean
             raise Failed(out["error"])  # the starter already printed it
         node_id = out.get("node_id", "")
         session = os.path.realpath(os.path.join(ray_temp_dir(cfg), "session_latest"))
