@@ -71,11 +71,12 @@ def locate(svc: Any, dash: Any, job_id: str) -> Optional[Found]:
     details = svc.jobs.details(job_id) if asks_ray else None
     if rec is None and (not details or details.get("status") in (LOST, None)):
         return None
-    node = (details or {}).get("driver_node_id") or ((rec.log or {}).get("node_id") if rec is not None else None)
+    kept = (rec.log or {}) if rec is not None else {}  # a Ray job the queue does not know has no record
+    node = (details or {}).get("driver_node_id") or kept.get("node_id")
     if node and dash is not None and _readable(dash, node, job_id):
         return Found("whole", node_id=str(node))
     tail = kept_tail(rec) if rec is not None else None
-    where = f"{(rec.log or {}).get('file') or driver_file(job_id)} on node {node or '?'}"
+    where = f"{kept.get('file') or driver_file(job_id)} on node {node or '?'}"
     if tail:
         return Found("kept", text=f"[rayjobs] {job_id}'s log as the queue kept it (its tail; the whole log was "
                                   f"{where}, gone with its Ray session)\n{tail}")
