@@ -161,7 +161,9 @@ def test_usage_on_a_real_cluster_matches_what_happened(fresh_clusters, workdir) 
     assert wait_done(c, urgent, timeout=240) == "SUCCEEDED"
     assert wait_done(c, victim, timeout=240) == "SUCCEEDED"
     stopped = send_on(c, *base, "+fake.steps=200")
-    wait_until(lambda: view(c, stopped)["status"] == "RUNNING", 120, "the last job to run")
+    # its first metrics line too: stopped before it (seen at load 12) it has no step to end a span at
+    wait_until(lambda: view(c, stopped)["status"] == "RUNNING"
+               and any(Path(view(c, stopped)["metadata"]["run_dir"]).glob("metrics.*.jsonl")), 120, "the last job to train")
     r = cli_on(c, "stop", stopped)
     assert r.returncode == 0, r.stderr
     assert wait_done(c, stopped, timeout=120) == "STOPPED"
