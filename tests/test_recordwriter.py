@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).parent))
+from schedfakes import record  # noqa: E402
 from test_queueapi import Api  # noqa: E402
 
 from rayjobs.contract.record import JobRecord, State  # noqa: E402
@@ -119,16 +120,10 @@ def test_a_stop_whose_record_cannot_be_written_is_a_507_line(tmp_path):
 def test_the_newest_version_is_the_one_left_on_disk(tmp_path):
     store = QueueStore(tmp_path / "queue")
     writer = RecordWriter(store)
-    base = JobRecord.from_json(dict(_record_json(), id="x"))
+    base = record("x", (1,))
     futs = [writer.put(base.with_(note=str(i)))[1] for i in range(50)]
     assert all(f.result(10) is not None for f in futs)
     assert store.get("x").note == "49" and not writer.pending
-
-
-def _record_json() -> dict[str, Any]:
-    from schedfakes import record
-
-    return record("x", (1,)).to_json()
 
 
 def test_ray_is_asked_to_stop_a_running_job_only_once_stop_asked_is_on_disk(tmp_path):

@@ -119,14 +119,14 @@ def local_running_jobs() -> list[str]:
     if not rec:
         return []
     try:
-        jobs = _queue(rec).jobs(status=list(IN_RAY))
+        jobs = _queue(rec).views(status=list(IN_RAY))
     except Exception:  # noqa: BLE001 (a head already going down: nothing to name)
         return []
-    return [j["submission_id"] for j in jobs]
+    return [j.submission_id for j in jobs]
 
 
 def stop_local() -> bool:
-    """Stop the embedded head by PID (never ``ray stop``, which ends every Ray on the machine);
+    """Stop the embedded head by PID (never Ray's own stop command, which ends every Ray on the machine);
     returns once every process of it is gone. False: there was none.
 
     Raises:
